@@ -1,0 +1,95 @@
+// CUDA implementations of the rmsnorm operators: checks, device guard, current stream,
+// dtype dispatch onto the torch-free launchers in kernels/.
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../kernels/rmsnorm_cuda.h"
+#include "rmsnorm.h"
+
+namespace rmsnorm {
+namespace {
+
+// The CUDA type with the layout of a c10 scalar type.
+template <typename T>
+struct CudaType {
+  using type = T;
+};
+template <>
+struct CudaType<at::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<at::BFloat16> {
+  using type = __nv_bfloat16;
+};
+
+template <typename T>
+using cuda_t = typename CudaType<T>::type;
+
+template <typename T>
+cuda_t<T>* cuda_ptr(const at::Tensor& t) {
+  return reinterpret_cast<cuda_t<T>*>(t.data_ptr<T>());
+}
+
+
+std::tuple<at::Tensor, at::Tensor> forward_cuda(const at::Tensor& x, const at::Tensor& weight,
+                                                double eps) {
+  check_forward_args(x, weight, eps);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const Rows xr = as_rows(x);
+  const at::Tensor w = weight.contiguous();
+  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor inv = at::empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())));
+  if (xr.rows == 0) return {y, inv};
+  dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
+    using T = decltype(t);
+    using W = decltype(wt);
+    using A = AccT<cuda_t<T>>;
+    launch_rmsnorm_fwd<cuda_t<T>, cuda_t<W>>(cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w),
+                                             cuda_ptr<T>(y), inv.data_ptr<A>(), xr.rows, xr.n,
+                                             static_cast<A>(eps), stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {y, inv};
+}
+
+std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, const at::Tensor& x,
+                                                 const at::Tensor& weight,
+                                                 const at::Tensor& inv_rms) {
+  check_backward_args(grad_out, x, weight, inv_rms);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const Rows xr = as_rows(x);
+  const Rows dyr = as_rows(grad_out);
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor inv = inv_rms.contiguous();
+  at::Tensor dx = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor dw = at::empty_like(w);
+  dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
+    using T = decltype(t);
+    using W = decltype(wt);
+    using A = AccT<cuda_t<T>>;
+    const size_t bytes = rmsnorm_bwd_workspace_bytes<cuda_t<T>>(xr.rows, xr.n);
+    at::Tensor workspace =
+        at::empty({static_cast<int64_t>(bytes / sizeof(A))}, inv.options());
+    launch_rmsnorm_bwd<cuda_t<T>, cuda_t<W>>(
+        cuda_ptr<T>(dyr.owner), dyr.row_stride, cuda_ptr<T>(xr.owner), xr.row_stride,
+        cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dx), cuda_ptr<W>(dw),
+        workspace.data_ptr<A>(), xr.rows, xr.n, stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {dx, dw};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rmsnorm, CUDA, m) {
+  m.impl("forward", &forward_cuda);
+  m.impl("backward", &backward_cuda);
+}
+
+}  // namespace rmsnorm

@@ -1,0 +1,25 @@
+"""Hypothesis profiles and pytest options for the RMSNorm suite (no test logic here).
+
+Profiles (choose with --hypothesis-profile NAME or HYPOTHESIS_PROFILE):
+  dev   quick, for development (default)
+  ci    derandomized, fixed budget: the same cases on every run (CI and the pre-merge gate)
+  gate  alias of ci
+  fuzz  large budget, random seeds, no deadline: long fuzzing sessions
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["harness.pytest_plugin"]
+
+_common = dict(
+    deadline=None,  # the target runs in a worker process: latency is not the target's speed
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=20, **_common)
+settings.register_profile("ci", max_examples=40, derandomize=True, database=None, **_common)
+settings.register_profile("gate", parent=settings.get_profile("ci"))
+settings.register_profile("fuzz", max_examples=1_000_000, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

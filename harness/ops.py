@@ -1,0 +1,169 @@
+"""The project's RMSNorm for PyTorch users: the operators, autograd, ``rms_norm`` and ``RMSNorm``.
+
+``extension()`` builds (once, cached on disk) and loads the C++/CUDA extension, which registers
+``torch.ops.rmsnorm.forward`` and ``torch.ops.rmsnorm.backward``; this module adds their fake
+(meta) implementations and autograd, so that ``torch.compile(fullgraph=True)`` and
+``torch.library.opcheck`` work.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from types import ModuleType
+
+import torch
+
+from . import build
+
+_EXT: ModuleType | None = None
+_NOTE = ""
+
+
+def extension() -> ModuleType:
+    """The project's extension module (forward/backward, the seed card's contract)."""
+    global _EXT, _NOTE
+    if _EXT is None:
+        spec, _NOTE = build.project_spec()
+        _EXT = build.build(spec)
+        _register_python_parts()
+    return _EXT
+
+
+def build_note() -> str:
+    """One line: which kernels the loaded extension has (CUDA and CPU, or why CPU only)."""
+    extension()
+    return _NOTE
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _register_python_parts() -> None:
+    @torch.library.register_fake("rmsnorm::forward")
+    def _forward_fake(x, weight, eps):
+        y = torch.empty_like(x, memory_format=torch.contiguous_format)
+        inv = x.new_empty(x.shape[:-1], dtype=_stat_dtype(x.dtype))
+        return y, inv
+
+    @torch.library.register_fake("rmsnorm::backward")
+    def _backward_fake(grad_out, x, weight, inv_rms):
+        return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(
+            weight, memory_format=torch.contiguous_format
+        )
+
+    def _setup_context(ctx, inputs, output):
+        x, weight, _eps = inputs
+        _y, inv = output
+        ctx.save_for_backward(x, weight, inv)
+
+    def _backward(ctx, grad_y, grad_inv):
+        x, weight, inv = ctx.saved_tensors
+        if grad_y is None:
+            grad_y = torch.zeros_like(x)
+        grad_x, grad_w = torch.ops.rmsnorm.backward(grad_y, x, weight, inv)
+        if grad_inv is not None:
+            # d inv / d x = -inv^3 x / N: the gradient through the returned statistic.
+            acc = inv.dtype
+            extra = (-grad_inv.to(acc) * inv**3 / x.shape[-1]).unsqueeze(-1) * x.to(acc)
+            grad_x = (grad_x.to(acc) + extra).to(x.dtype)
+        return grad_x, grad_w, None
+
+    torch.library.register_autograd("rmsnorm::forward", _backward, setup_context=_setup_context)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """y = x * rsqrt(mean(x^2, -1) + eps) * weight, differentiable, on CPU or CUDA."""
+    extension()
+    return torch.ops.rmsnorm.forward(x, weight, float(eps))[0]
+
+
+def make_function(module: ModuleType, *, returns_inv: bool | None = None) -> type[torch.autograd.Function]:
+    """The seed card's ``CustomRMSNorm`` autograd.Function over any module with its contract.
+
+    A module whose forward returns only y gets inv_rms computed here (float32, float64 for
+    float64 input) for its backward.
+    """
+
+    class CustomRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            out = module.forward(x, weight, eps)
+            if isinstance(out, (tuple, list)):
+                y, inv_rms = out[0], out[1]
+            else:
+                y = out
+                x64 = x.detach().to(torch.float64)
+                inv_rms = torch.rsqrt((x64 * x64).mean(-1) + eps).to(_stat_dtype(x.dtype))
+            ctx.save_for_backward(x, weight, inv_rms)
+            ctx.eps = eps
+            ctx.mark_non_differentiable(inv_rms) if isinstance(out, (tuple, list)) else None
+            return y
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, weight, inv_rms = ctx.saved_tensors
+            grad_x, grad_weight = module.backward(grad_out, x, weight, inv_rms)
+            return grad_x, grad_weight, None
+
+    return CustomRMSNorm
+
+
+class RMSNorm(torch.nn.Module):
+    """Drop-in for ``torch.nn.RMSNorm`` (same constructor, defaults and results) on this
+    project's kernels."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(int(s) for s in normalized_shape)
+        if not self.normalized_shape or any(s < 1 for s in self.normalized_shape):
+            raise ValueError(f"RMSNorm: expected normalized_shape of positive sizes, but got {normalized_shape!r}")
+        if eps is not None and not (eps >= 0 and eps != float("inf")):
+            raise ValueError(f"RMSNorm: expected eps to be None or finite and >= 0, but got {eps!r}")
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = len(self.normalized_shape)
+        if tuple(x.shape[-k:]) != self.normalized_shape:
+            raise ValueError(
+                f"RMSNorm: expected input with trailing shape {list(self.normalized_shape)}, but got {list(x.shape)}"
+            )
+        eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
+        n = 1
+        for s in self.normalized_shape:
+            n *= s
+        flat = x.reshape(*x.shape[: x.dim() - k], n)
+        if self.weight is None:
+            weight = torch.ones(n, dtype=x.dtype, device=x.device)
+        else:
+            weight = self.weight.reshape(n)
+            if weight.dtype != x.dtype and weight.dtype != torch.float32:
+                weight = weight.to(x.dtype)
+        y = rms_norm(flat, weight, eps)
+        if self.weight is not None and self.weight.dtype != x.dtype:
+            # torch.nn.RMSNorm returns the promoted dtype of input and weight.
+            y = y.to(torch.promote_types(x.dtype, self.weight.dtype))
+        return y.reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+def _main() -> int:  # python -m harness.ops: build and say what was built
+    extension()
+    print(build_note(), file=sys.stderr)
+    return 0

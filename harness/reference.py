@@ -1,0 +1,48 @@
+"""References: the seed card's ``rmsnorm_ref`` and float64 forward/backward references.
+
+Every ``*_ref`` computes in float64 whatever the input dtype, so it is more precise than any
+implementation it checks (float64 targets are checked against a bound that counts the
+reference's own rounding too: see ``harness.tolerance``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The seed card's reference, as written there (computes in the dtype it is given)."""
+    inv_rms = torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
+    return weight * x * inv_rms
+
+
+def inv_rms_ref(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x^2) + eps) over the last dim, float64, shaped x.shape[:-1]."""
+    x64 = x.to(torch.float64)
+    return torch.rsqrt((x64 * x64).mean(dim=-1) + eps)
+
+
+def forward_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, inv_rms) in float64."""
+    inv = inv_rms_ref(x, eps)
+    y = x.to(torch.float64) * inv.unsqueeze(-1) * weight.to(torch.float64)
+    return y, inv
+
+
+def backward_ref(
+    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_x, grad_weight) of sum(grad_out * y) in float64, with the exact inv_rms.
+
+    grad_x = inv * (g - x * inv^2 * mean(g * x)),  g = grad_out * weight
+    grad_weight = sum over rows of grad_out * x * inv
+    """
+    x64 = x.to(torch.float64)
+    dy = grad_out.to(torch.float64)
+    w = weight.to(torch.float64)
+    inv = inv_rms_ref(x, eps).unsqueeze(-1)
+    g = dy * w
+    c = inv * inv * (g * x64).mean(dim=-1, keepdim=True)
+    grad_x = inv * (g - x64 * c)
+    grad_w = (dy * x64 * inv).reshape(-1, x.shape[-1]).sum(dim=0)
+    return grad_x, grad_w

@@ -1,0 +1,208 @@
+"""Targets: the RMSNorm extension under test, as the suite sees it inside a worker process.
+
+A target spec is one of
+  project              this project's extension (the default)
+  PATH[,PATH...]       C++/CUDA sources, or folders of them, built with cpp_extension.load
+  module:NAME          an importable module that is already built
+It exposes the seed card's contract: forward(x, weight, eps) -> y or (y, inv_rms), and
+optionally backward(grad_out, x, weight, inv_rms) -> (grad_x, grad_weight).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from . import build
+
+PROJECT = "project"
+
+
+class Rejected(Exception):
+    """The target raised a clean exception for an input: allowed unless the run is strict."""
+
+
+class Crashed(Exception):
+    """The target broke the process or the CUDA context: always a failure; the worker restarts."""
+
+
+class LawFailure(AssertionError):
+    """The target returned a wrong answer (or broke a law)."""
+
+
+class NotApplicable(Exception):
+    """The law does not apply to this target or device."""
+
+
+_CUDA_ERROR = re.compile(
+    r"CUDA error|cudaError|illegal memory access|device-side assert|misaligned address|"
+    r"unspecified launch failure|an illegal instruction|CUDA driver error|CUBLAS_STATUS|"
+    r"operation not permitted when stream is capturing",
+    re.I,
+)
+
+
+def parse_spec(spec: str | None) -> str:
+    """Normalise a target spec; raise ValueError with what was expected and given."""
+    spec = (spec or PROJECT).strip()
+    if spec == PROJECT or spec.startswith("module:"):
+        if spec.startswith("module:") and not spec[7:]:
+            raise ValueError("target 'module:' names no module; expected module:NAME")
+        return spec
+    paths = [p for p in spec.split(",") if p]
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise ValueError(
+            f"target {spec!r}: no such file or folder {missing}; expected 'project', "
+            "'module:NAME', or source files/folders separated by commas"
+        )
+    return ",".join(str(Path(p).resolve()) for p in paths)
+
+
+def build_spec_for(spec: str) -> tuple[build.BuildSpec | None, str]:
+    if spec == PROJECT:
+        return build.project_spec()
+    if spec.startswith("module:"):
+        return None, f"prebuilt module {spec[7:]}"
+    bspec = build.sources_spec([Path(p) for p in spec.split(",")])
+    return bspec, "sources " + ", ".join(Path(s).name for s in bspec.sources)
+
+
+def identity_of(spec: str) -> dict:
+    """What identifies a target in a saved case: its spec and, for sources, a content key."""
+    bspec, note = build_spec_for(spec)
+    out = {"spec": spec, "note": note}
+    if bspec is not None:
+        out["key"] = bspec.key()
+        out["sources"] = [str(s) for s in bspec.sources]
+    return out
+
+
+@dataclass
+class Target:
+    module: ModuleType
+    spec: str
+    device: torch.device
+    strict: bool
+    has_ops: bool
+    note: str
+
+    @property
+    def has_backward(self) -> bool:
+        return callable(getattr(self.module, "backward", None))
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def call(self, what: str, fn, *args):
+        """Call into the target; sort any exception into Rejected or Crashed."""
+        try:
+            out = fn(*args)
+            self.sync()
+            return out
+        except Exception as e:  # noqa: BLE001 - any exception is data about the target
+            msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            if self.is_cuda:
+                if _CUDA_ERROR.search(str(e)):
+                    raise Crashed(msg) from None
+                try:
+                    torch.cuda.synchronize(self.device)
+                except Exception as e2:  # noqa: BLE001
+                    raise Crashed(f"{msg}; then the CUDA context was broken: {e2}") from None
+            raise Rejected(msg) from None
+
+    def forward(self, x, weight, eps):
+        """(y, inv_rms or None), with the outputs' form checked."""
+        out = self.call("forward", self.module.forward, x, weight, eps)
+        if isinstance(out, torch.Tensor):
+            y, inv = out, None
+        elif isinstance(out, (tuple, list)) and len(out) >= 1 and isinstance(out[0], torch.Tensor):
+            y = out[0]
+            inv = out[1] if len(out) > 1 and isinstance(out[1], torch.Tensor) else None
+        else:
+            raise LawFailure(f"forward returned {type(out).__name__}; expected a Tensor or (y, inv_rms)")
+        check_output("y", y, tuple(x.shape), x.dtype, x.device)
+        if inv is not None:
+            lead = tuple(x.shape[:-1])
+            rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+            if self.strict:
+                acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+                check_output("inv_rms", inv, lead, acc, x.device)
+            elif tuple(inv.shape) not in (lead, lead + (1,), (rows,)) or inv.device != x.device:
+                raise LawFailure(
+                    f"inv_rms: expected shape {list(lead)} (or with a trailing 1, or [{rows}]) on {x.device}, "
+                    f"but got {list(inv.shape)} on {inv.device}"
+                )
+        return y, inv
+
+    def backward(self, grad_out, x, weight, inv):
+        if not self.has_backward:
+            raise NotApplicable("target has no backward")
+        out = self.call("backward", self.module.backward, grad_out, x, weight, inv)
+        if not (isinstance(out, (tuple, list)) and len(out) >= 2):
+            raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
+        gx, gw = out[0], out[1]
+        check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device)
+        check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device)
+        return gx, gw
+
+
+def check_output(name, t, shape, dtype, device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise LawFailure(f"{name}: expected a Tensor, but got {type(t).__name__}")
+    problems = []
+    if tuple(t.shape) != tuple(shape):
+        problems.append(f"shape {list(shape)}, got {list(t.shape)}")
+    if t.dtype != dtype:
+        problems.append(f"dtype {dtype}, got {t.dtype}")
+    if t.device != torch.device(device):
+        problems.append(f"device {device}, got {t.device}")
+    if problems:
+        raise LawFailure(f"{name}: expected " + "; expected ".join(problems))
+
+
+def load(spec: str, device: str, strict: bool | None = None) -> Target:
+    """Build (cached) and import the target inside this process."""
+    dev = torch.device(device)
+    if spec == PROJECT:
+        from . import ops
+
+        module = ops.extension()
+        note = ops.build_note()
+        has_ops = True
+    elif spec.startswith("module:"):
+        import importlib
+
+        module = importlib.import_module(spec[7:])
+        note = f"prebuilt module {spec[7:]}"
+        has_ops = False
+    else:
+        bspec, note = build_spec_for(spec)
+        module = build.build(bspec)
+        has_ops = False
+    if not callable(getattr(module, "forward", None)):
+        raise TypeError(f"target {spec!r}: module {module.__name__} has no callable forward(x, weight, eps)")
+    if strict is None:
+        strict = spec == PROJECT
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda was asked for, but torch sees no GPU here")
+    return Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)
+
+
+def default_device() -> str:
+    env = os.environ.get("RMSNORM_DEVICE")
+    if env:
+        if env not in ("cpu", "cuda"):
+            raise ValueError(f"RMSNORM_DEVICE: expected 'cpu' or 'cuda', but got {env!r}")
+        return env
+    return "cuda" if torch.cuda.is_available() else "cpu"

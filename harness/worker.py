@@ -1,0 +1,182 @@
+"""Run the target in a child process, so that a crash or a hang is a reported failure and not
+the end of the run.
+
+The parent (pytest, the gate, the fuzzer) sends (law, case) requests; the child builds and
+imports the target once, runs each law and answers with a verdict. A child that dies, breaks
+its CUDA context or outlives the time limit is replaced by a fresh one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("RMSNORM_CASE_TIMEOUT", "120"))
+LOAD_TIMEOUT_S = float(os.environ.get("RMSNORM_LOAD_TIMEOUT", "1800"))
+
+
+def _child(conn, spec: str, device: str, strict: bool | None) -> None:
+    """The worker process: load the target, then answer requests until told to stop."""
+    import torch  # noqa: F401  (import before the target, whose module needs it)
+
+    from . import checks, target as tgt
+    from .cases import Case
+
+    try:
+        t = tgt.load(spec, device, strict)
+    except BaseException as e:  # noqa: BLE001
+        conn.send({"status": "load_error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
+        return
+    conn.send({"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
+               "has_ops": t.has_ops, "device": str(t.device),
+               "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None})
+    while True:
+        try:
+            req = conn.recv()
+        except EOFError:
+            return
+        if req is None:
+            return
+        law, case_d, kw = req
+        case = Case.from_dict(case_d)
+        try:
+            facts = checks.run_law(t, law, case, **kw)
+            reply = {"status": "pass", "facts": facts}
+        except tgt.Rejected as e:
+            if t.strict:
+                reply = {"status": "fail", "message": f"{e}\n  (an input inside the contract was rejected; this "
+                                                      f"target must support it)\n  case: {case.short()}"}
+            else:
+                reply = {"status": "rejected", "message": str(e)}
+        except tgt.LawFailure as e:
+            reply = {"status": "fail", "message": str(e)}
+        except tgt.Crashed as e:
+            conn.send({"status": "crash", "message": f"{e}\n  case: {case.short()}"})
+            return
+        except tgt.NotApplicable as e:
+            reply = {"status": "not_applicable", "message": str(e)}
+        except BaseException as e:  # noqa: BLE001 - a fault of the harness, reported as such
+            reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        conn.send(reply)
+
+
+class HarnessError(RuntimeError):
+    """The suite itself could not run (target failed to build or load, a bug in a law)."""
+
+
+@dataclass
+class Verdict:
+    status: str  # pass | rejected | fail | crash | hang | not_applicable
+    message: str = ""
+    facts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Runner:
+    """A worker process for one target on one device, restarted after crashes and hangs."""
+
+    def __init__(self, spec: str, device: str, *, strict: bool | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 env: dict | None = None) -> None:
+        self.spec = spec
+        self.device = device
+        self.strict = strict
+        self.timeout_s = timeout_s
+        self.env = env or {}
+        self.info: dict = {}
+        self.restarts = 0
+        self._proc = None
+        self._conn = None
+
+    def start(self) -> dict:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            self._proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict), daemon=True)
+            self._proc.start()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        child.close()
+        self._conn = parent
+        if not parent.poll(LOAD_TIMEOUT_S):
+            self.stop()
+            raise HarnessError(f"target {self.spec!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
+        try:
+            msg = parent.recv()
+        except EOFError:
+            code = self._proc.exitcode
+            raise HarnessError(f"worker for target {self.spec!r} died while loading it (exit code {code})") from None
+        if msg["status"] != "ready":
+            self.stop()
+            raise HarnessError(f"target {self.spec!r} could not be loaded:\n{msg['message']}")
+        self.info = msg
+        return msg
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        if self._proc is not None:
+            self._proc.join(timeout=5)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+        self._proc = self._conn = None
+
+    def _restart(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._proc = self._conn = None
+        self.restarts += 1
+        self.start()
+
+    def check(self, law: str, case, timeout_s: float | None = None, **kw) -> Verdict:
+        """Run one law on one case in the worker."""
+        if self._proc is None:
+            self.start()
+        limit = timeout_s or self.timeout_s
+        t0 = time.perf_counter()
+        try:
+            self._conn.send((law, case.to_dict(), kw))
+            ready = self._conn.poll(limit)
+            if not ready:
+                self._restart()
+                return Verdict("hang", f"the target did not finish {law} within {limit:.0f} s\n  case: {case.short()}",
+                               seconds=time.perf_counter() - t0)
+            reply = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = self._proc.exitcode if self._proc is not None else None
+            if self._proc is not None:
+                self._proc.join(timeout=5)
+                code = self._proc.exitcode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            self._restart()
+            return Verdict("crash", f"the worker process died during {law} ({how})\n  case: {case.short()}",
+                           seconds=time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        status = reply["status"]
+        if status == "crash":
+            self._restart()
+        if status == "error":
+            raise HarnessError(f"law {law} failed inside the harness:\n{reply['message']}")
+        return Verdict(status, reply.get("message", ""), reply.get("facts", {}), dt)
+
+
+def lane_of(device: str) -> str:
+    return "CUDA" if device.startswith("cuda") else "CPU"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

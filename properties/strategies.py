@@ -1,0 +1,143 @@
+"""Hypothesis strategies that draw RMSNorm cases (harness.cases.Case).
+
+Every strategy shrinks towards the simplest failing case: one row of small N, float32,
+contiguous, the normal pattern, eps = 1e-6, seed 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import assume, strategies as st
+
+from harness.cases import DTYPES, LAYOUTS, PATTERNS, Case, layout_possible
+from harness.checks import BAD_INPUTS
+
+DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
+EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
+SMALL_ELEMENTS = 1 << 16
+MANY_ROWS = 65536  # rows beyond the CUDA grid's y/z limit (65,535)
+
+
+def _boundaries(max_n: int) -> list[int]:
+    out = {1, 2, 3, 7, 769, 4097, 1000, 5120, 12288}
+    p = 4
+    while p <= max_n + 1:
+        out.update({p - 1, p, p + 1})
+        p *= 2
+    return sorted(v for v in out if 1 <= v <= max_n)
+
+
+def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
+    """Row lengths N in [1, max_n], biased to powers of two and multiples of the vector widths,
+    each plus or minus one, and odd sizes; shrinks towards 1."""
+    if not isinstance(max_n, int) or max_n < 1:
+        raise ValueError(f"n_sizes: expected max_n to be an int >= 1, but got {max_n!r}")
+    return st.one_of(st.integers(1, min(64, max_n)), st.sampled_from(_boundaries(max_n)), st.integers(1, max_n))
+
+
+@st.composite
+def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4,
+           many_rows: bool = True, max_n: int = 1 << 17) -> tuple[int, ...]:
+    """Shapes [..., N] of rank 1 to max_rank with at least min_rows rows; zero rows, single
+    rows and (rarely) more than 65,535 rows included; at most max_elements elements (N is cut
+    to fit). Shrinks towards (1, 1)."""
+    n = draw(n_sizes(max_n=max_n))
+    ranks = [r for r in (2, 1, 3, 4) if r <= max_rank and (r >= 2 or min_rows <= 1)]
+    rank = draw(st.sampled_from(ranks))
+    if rank == 1:
+        return (min(n, max_elements),)
+    dim = st.one_of(st.integers(1, 9), st.integers(10, 300))
+    lead = [draw(dim) for _ in range(rank - 1)]
+    if min_rows == 0 and draw(st.integers(0, 19)) == 0:
+        lead[draw(st.integers(0, rank - 2))] = 0
+    if many_rows and draw(st.integers(0, 24)) == 7:  # rare, and not a value Hypothesis favours
+        lead[0] = draw(st.integers(MANY_ROWS, MANY_ROWS + 4500))
+        lead[1:] = [1] * (rank - 2)
+        return tuple(lead) + (min(n, 8),)  # cheap however many rows: N <= 8
+    rows = math.prod(lead)
+    if rows < min_rows:
+        lead[0] = max(lead[0], 1) * min_rows
+        rows = math.prod(lead)
+    if rows and rows * n > max_elements:
+        n = max(1, max_elements // rows)
+        if rows * n > max_elements:  # even N = 1 is too big: cut the rows instead
+            lead = [1] * (rank - 2) + [max(min_rows, max_elements)]
+    return tuple(lead) + (n,)
+
+
+def _check_choice(name, values, allowed):
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ValueError(f"cases: expected {name} from {allowed}, but got {values!r}")
+
+
+@st.composite
+def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_patterns) -> Case:
+    shape = draw(shapes(**shape_kw))
+    dtype = draw(st.sampled_from(dtypes))
+    wdt = draw(st.sampled_from(("same", "float32")))
+    okl = [l for l in layouts if layout_possible(l, shape)]
+    assume(okl)  # e.g. an empty tensor cannot be strided
+    layout = draw(st.sampled_from(okl))
+    okg = [l for l in grad_layouts if layout_possible(l, shape)]
+    grad_layout = draw(st.sampled_from(okg)) if okg else "contiguous"
+    e = draw(st.one_of(st.sampled_from(EPS_CHOICES), st.floats(0.0, 1.0))) if eps is None else draw(st.sampled_from(eps))
+    return Case(
+        shape=shape,
+        dtype=dtype,
+        weight_dtype=dtype if wdt == "same" else "float32",
+        eps=float(e),
+        layout=layout,
+        grad_layout=grad_layout,
+        pattern=draw(st.sampled_from(patterns)),
+        weight_pattern=draw(st.sampled_from(weight_patterns)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
+          max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4, many_rows: bool = True,
+          max_n: int = 1 << 17, weight_patterns=("normal", "ones")) -> st.SearchStrategy[Case]:
+    """Cases for the laws. eps=None draws typical values, 0, tiny and up to 1; a tuple fixes
+    the choices. Layouts a shape cannot take are left out for that shape. Shrinks towards
+    Case(shape=(1,)) with float32, contiguous, normal values, eps 1e-6, seed 0."""
+    for name, vals, allowed in (("dtypes", dtypes, tuple(DTYPES)), ("layouts", layouts, LAYOUTS),
+                                ("grad_layouts", grad_layouts, LAYOUTS), ("patterns", patterns, PATTERNS),
+                                ("weight_patterns", weight_patterns, ("normal", "ones"))):
+        _check_choice(name, tuple(vals), allowed)
+    if eps is not None and (not eps or any(not (e >= 0 and math.isfinite(e)) for e in eps)):
+        raise ValueError(f"cases: expected eps to be None or finite values >= 0, but got {eps!r}")
+    if not isinstance(max_elements, int) or max_elements < 1:
+        raise ValueError(f"cases: expected max_elements to be an int >= 1, but got {max_elements!r}")
+    shape_kw = dict(max_elements=max_elements, min_rows=min_rows, max_rank=max_rank, many_rows=many_rows, max_n=max_n)
+    return _cases(tuple(dtypes), tuple(layouts), tuple(patterns), None if eps is None else tuple(eps), shape_kw,
+                  tuple(grad_layouts), tuple(weight_patterns))
+
+
+def expensive_cases() -> st.SearchStrategy[Case]:
+    """Large tensors (up to 2^24 elements), for the fuzz profile's rare draws."""
+    return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18)
+
+
+def bad_input_kinds() -> st.SearchStrategy[str]:
+    """Kinds of bad input (harness.checks.BAD_INPUTS); shrinks towards the first."""
+    return st.sampled_from(BAD_INPUTS)
+
+
+NONCONTIGUOUS = tuple(l for l in LAYOUTS if l != "contiguous")
+
+
+def replay_corpus(law: str):
+    """Decorator (outside @given): replay every saved failing case of law first, as an
+    explicit example, on every run."""
+    from hypothesis import example
+
+    from harness import corpus
+
+    def deco(test):
+        for entry in reversed(corpus.entries(law)):
+            test = example(case=entry.case)(test)
+        return test
+
+    return deco
