@@ -58,8 +58,8 @@ POISON_FINITE = 0x42  # a finite value in every float dtype (48.56 in float32)
 def poison(device, nbytes: list[int], byte: int = POISON_NAN) -> None:
     """Fill and free blocks of the outputs' sizes, so the allocator hands the target memory
     that shows where it never wrote."""
-    blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in nbytes if nb > 0]
-    del blocks
+    blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in nbytes if nb > 0 for _ in range(4)]
+    del blocks  # several blocks of each size, so that the next allocations of it are likely poisoned
 
 
 def _nbytes(shape, dtype) -> int:

@@ -3,7 +3,7 @@
 Model (u = unit roundoff, u_acc that of the accumulation type: float32, or float64 for
 float64 input; gamma(k) = k * u_acc bounds a sum of k terms in any order):
 
-forward   |y - y_ref| <= S * |y_ref| * (2 u_out + d_inv + 3 u_acc) + atol
+forward   |y - y_ref| <= S * (|y_ref| * (2 u_out + d_inv + 3 u_acc) + atol)
           d_inv = (gamma(N) + 3 u_acc) / 2 + 4 u_acc + d_range      (inv_rms, relative)
 backward  |dx - dx_ref| <= S * [u_out |dx| + inv |g| (d_inv + 3u) + inv |x c| (3 d_inv + 6u)
                                 + inv^3 |x| gamma(N + 2) sum|g x| / N] + atol
@@ -188,8 +188,10 @@ def forward_bounds(x, weight, eps, stats: RowStats, y_dtype):
     w = weight.to(torch.float64)
     y_ref = x.to(torch.float64) * stats.inv.unsqueeze(-1) * w
     rel = 2 * uo + stats.d_inv.unsqueeze(-1) + 3 * ua
-    atol = 2 * _tiny(acc) * (stats.inv.unsqueeze(-1) * w.abs() + 1) + _subnormal_half_spacing(y_dtype)
-    bound_y = SAFETY * rel * y_ref.abs() + atol
+    # Absolute terms: fp32 flush-to-zero of x * inv; the final rounding and (double rounding)
+    # a normalised value rounded to the output dtype before the weight, in its subnormal range.
+    atol = 2 * _tiny(acc) * (stats.inv.unsqueeze(-1) * w.abs() + 1) + _subnormal_half_spacing(y_dtype) * (1 + w.abs())
+    bound_y = SAFETY * (rel * y_ref.abs() + atol)
     bound_inv = SAFETY * stats.d_inv * stats.inv
     return bound_y, bound_inv
 

@@ -19,21 +19,18 @@ SMALL_ELEMENTS = 1 << 16
 MANY_ROWS = 65536  # rows beyond the CUDA grid's y/z limit (65,535)
 
 
-def _boundaries(max_n: int) -> list[int]:
-    out = {1, 2, 3, 7, 769, 4097, 1000, 5120, 12288}
-    p = 4
-    while p <= max_n + 1:
-        out.update({p - 1, p, p + 1})
-        p *= 2
-    return sorted(v for v in out if 1 <= v <= max_n)
-
-
 def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
-    """Row lengths N in [1, max_n], biased to powers of two and multiples of the vector widths,
-    each plus or minus one, and odd sizes; shrinks towards 1."""
+    """Row lengths N in [1, max_n], drawn as N = 16 q + r: q mostly 0 or a power of two, r biased
+    to 0, 1, 15 (powers of two and multiples of every vector width, plus or minus one) and 7..9;
+    odd sizes like 769 and 4097 come out of that too. q and r shrink separately, so a bug in the
+    tail (N % vector width) shrinks to N < 16 and a bug past a size threshold to the threshold."""
     if not isinstance(max_n, int) or max_n < 1:
         raise ValueError(f"n_sizes: expected max_n to be an int >= 1, but got {max_n!r}")
-    return st.one_of(st.integers(1, min(64, max_n)), st.sampled_from(_boundaries(max_n)), st.integers(1, max_n))
+    qmax = max_n // 16
+    pow2 = [0] + [1 << k for k in range(0, 20) if (1 << k) <= qmax]
+    q = st.one_of(st.sampled_from(pow2), st.integers(0, qmax), st.sampled_from([48, 64 * 3, 320, 768]).filter(lambda v: v <= qmax))
+    r = st.one_of(st.sampled_from([0, 1, 7, 8, 9, 15]), st.integers(0, 15))
+    return st.tuples(q, r).map(lambda qr: min(max_n, max(1, 16 * qr[0] + qr[1])))
 
 
 @st.composite

@@ -1,0 +1,31 @@
+"""A correct RMSNorm written with torch ops, independent of this project's kernels: float32
+statistics, and the Hugging Face rounding (normalised value rounded to the input dtype, then
+multiplied by a same-dtype weight). The suite must never alarm on it."""
+
+import torch
+
+
+def _acc(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def forward(x, weight, eps):
+    xf = x.to(_acc(x.dtype))
+    inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight.dtype == x.dtype:
+        y = (xf * inv).to(x.dtype) * weight
+    else:
+        y = (xf * inv * weight.to(xf.dtype)).to(x.dtype)
+    return y, inv.squeeze(-1)
+
+
+def backward(grad_out, x, weight, inv_rms):
+    acc = _acc(x.dtype)
+    n = x.shape[-1]
+    xf, dy, w = x.to(acc), grad_out.to(acc), weight.to(acc)
+    inv = inv_rms.to(acc).unsqueeze(-1)
+    g = dy * w
+    c = inv * inv * (g * xf).sum(-1, keepdim=True) / n
+    gx = (inv * (g - xf * c)).to(x.dtype)
+    gw = (dy * xf * inv).reshape(-1, n).sum(0).to(weight.dtype)
+    return gx, gw

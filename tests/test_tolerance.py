@@ -1,0 +1,102 @@
+"""The tolerance is itself tested: it accepts correct lower-precision implementations and rejects
+an all-zero output, a one-element shift, swapped rows and a backward missing a term."""
+
+import torch
+from hypothesis import given, settings, strategies as st
+
+from harness import tolerance as tol
+from harness.cases import Case, materialize
+from harness.reference import backward_ref, forward_ref
+from tests.targets import correct_torch
+
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+@st.composite
+def plain_cases(draw, min_rows=1, min_n=1):
+    rows = draw(st.integers(min_rows, 16))
+    n = draw(st.one_of(st.integers(min_n, 64), st.sampled_from([127, 128, 129, 769, 1024, 4097])))
+    dtype = draw(st.sampled_from(DTYPES))
+    wdt = draw(st.sampled_from((dtype, "float32")))
+    eps = draw(st.sampled_from((1e-6, 1e-5, 0.1)))
+    return Case(shape=(rows, n), dtype=dtype, weight_dtype=wdt, eps=eps, seed=draw(st.integers(0, 2**20)))
+
+
+def _forward(case):
+    t = materialize(case, "cpu")
+    stats = tol.row_stats(t.x, case.eps)
+    y_ref, inv_ref = forward_ref(t.x, t.weight, case.eps)
+    by, binv = tol.forward_bounds(t.x, t.weight, case.eps, stats, t.x.dtype)
+    return t, y_ref, inv_ref, by, binv
+
+
+def _grads(case, t, inv):
+    stats = tol.row_stats(t.x, case.eps)
+    gx_ref, gw_ref = backward_ref(t.grad_out, t.x, t.weight, case.eps)
+    d = ((inv.double() - stats.inv).abs() / stats.inv)
+    return gx_ref, gw_ref, tol.backward_bounds(t.grad_out, t.x, t.weight, stats, d, gx_ref, gw_ref, t.weight.dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=plain_cases())
+def test_accepts_a_correct_reduced_precision_implementation(case):
+    t, y_ref, inv_ref, by, binv = _forward(case)
+    y, inv = correct_torch.forward(t.x, t.weight, case.eps)
+    assert not tol.compare("y", y, y_ref, by)
+    assert not tol.compare("inv", inv, inv_ref, binv + tol.SAFETY * tol.unit_roundoff(inv.dtype) * inv_ref)
+    gx, gw = correct_torch.backward(t.grad_out, t.x, t.weight, inv)
+    gx_ref, gw_ref, (bx, bw) = _grads(case, t, inv)
+    assert not tol.compare("grad_x", gx, gx_ref, bx)
+    assert not tol.compare("grad_weight", gw, gw_ref, bw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=plain_cases())
+def test_rejects_all_zero_output(case):
+    t, y_ref, _, by, _ = _forward(case)
+    assert tol.compare("y", torch.zeros_like(t.x), y_ref, by)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=plain_cases(min_n=2))
+def test_rejects_a_one_element_shift(case):
+    t, y_ref, _, by, _ = _forward(case)
+    y, _ = correct_torch.forward(t.x, t.weight, case.eps)
+    assert tol.compare("y", y.roll(1, dims=-1), y_ref, by)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=plain_cases(min_rows=2, min_n=2))  # with N = 1, y = sign(x) * w: rows may be equal
+def test_rejects_swapped_rows(case):
+    t, y_ref, _, by, _ = _forward(case)
+    y, _ = correct_torch.forward(t.x, t.weight, case.eps)
+    swapped = y.clone()
+    swapped[[0, 1]] = y[[1, 0]]
+    assert tol.compare("y", swapped, y_ref, by)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=plain_cases(min_n=2))
+def test_rejects_backward_missing_a_term(case):
+    t, _, _, _, _ = _forward(case)
+    _, inv = correct_torch.forward(t.x, t.weight, case.eps)
+    acc = torch.float64 if t.x.dtype == torch.float64 else torch.float32
+    g = t.grad_out.to(acc) * t.weight.to(acc)
+    missing_x_term = (inv.unsqueeze(-1) * g).to(t.x.dtype)  # the -x * inv^2 * mean(g x) term dropped
+    gx_ref, _, (bx, _) = _grads(case, t, inv)
+    assert tol.compare("grad_x", missing_x_term, gx_ref, bx)
+
+
+def test_nan_never_passes():
+    ref = torch.ones(2, 3, dtype=torch.float64)
+    got = ref.clone()
+    got[1, 2] = float("nan")
+    m = tol.compare("y", got, ref, torch.full_like(ref, 1e9))
+    assert m and "worst at [row=1, col=2]" in str(m)
+
+
+def test_nonfinite_classes_must_match():
+    ref = torch.tensor([[float("nan"), float("inf"), 1.0]], dtype=torch.float64)
+    assert not tol.compare("y", ref.clone(), ref, torch.zeros_like(ref))
+    assert tol.compare("y", torch.tensor([[0.0, float("inf"), 1.0]]), ref, torch.zeros_like(ref))
+    assert tol.compare("y", torch.tensor([[float("nan"), float("-inf"), 1.0]]), ref, torch.zeros_like(ref))
