@@ -125,6 +125,16 @@ def cmd_fuzz(args) -> int:
     return fuzz(minutes=args.minutes, laws=args.laws.split(",") if args.laws else None, chunk=args.chunk)
 
 
+def cmd_sanitize(args) -> int:
+    from . import sanitize
+    from .target import parse_spec
+
+    spec = parse_spec(args.target)
+    if args.inner:
+        return sanitize.inner(spec, args.cases)
+    return sanitize.main(spec, args.tools.split(","), args.cases)
+
+
 def cmd_mutate(args) -> int:
     from .mutate import main as mutate_main
 
@@ -161,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--device", choices=("cpu", "cuda"), default=None)
     r.add_argument("--lenient", action="store_true")
     r.set_defaults(fn=cmd_replay)
+
+    z = sub.add_parser("sanitize", help="compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on a sample")
+    z.add_argument("--target", default=None)
+    z.add_argument("--tools", default="memcheck,racecheck,initcheck,synccheck")
+    z.add_argument("--cases", type=int, default=24, help="how many sampled cases")
+    z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    z.set_defaults(fn=cmd_sanitize)
 
     m = sub.add_parser("mutate", help="build each mutant of the catalogue and report which laws kill it")
     m.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
