@@ -66,7 +66,7 @@ def _register_python_parts() -> None:
         if grad_inv is not None:
             # d inv / d x = -inv^3 x / N: the gradient through the returned statistic.
             acc = inv.dtype
-            extra = (-grad_inv.to(acc) * inv**3 / x.shape[-1]).unsqueeze(-1) * x.to(acc)
+            extra = (-grad_inv.to(acc) * inv * inv / x.shape[-1]).unsqueeze(-1) * (x.to(acc) * inv.unsqueeze(-1))
             grad_x = (grad_x.to(acc) + extra).to(x.dtype)
         return grad_x, grad_w, None
 

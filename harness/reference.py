@@ -34,15 +34,16 @@ def backward_ref(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, grad_weight) of sum(grad_out * y) in float64, with the exact inv_rms.
 
-    grad_x = inv * (g - x * inv^2 * mean(g * x)),  g = grad_out * weight
+    grad_x = inv * (g - xhat * mean(g * xhat)),  g = grad_out * weight, xhat = x * inv
     grad_weight = sum over rows of grad_out * x * inv
     """
     x64 = x.to(torch.float64)
     dy = grad_out.to(torch.float64)
     w = weight.to(torch.float64)
     inv = inv_rms_ref(x, eps).unsqueeze(-1)
+    xhat = x64 * inv  # computed first so that no product leaves float64's range
     g = dy * w
-    c = inv * inv * (g * x64).mean(dim=-1, keepdim=True)
-    grad_x = inv * (g - x64 * c)
-    grad_w = (dy * x64 * inv).reshape(-1, x.shape[-1]).sum(dim=0)
+    c = (g * xhat).mean(dim=-1, keepdim=True)
+    grad_x = inv * (g - xhat * c)
+    grad_w = (dy * xhat).reshape(-1, x.shape[-1]).sum(dim=0)
     return grad_x, grad_w

@@ -211,13 +211,14 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
     inv = stats.inv.unsqueeze(-1)
     d = torch.maximum(d_inv_used, stats.d_inv).unsqueeze(-1)
     g = dy * w
-    gx_abs = (g * x64).abs().sum(dim=-1, keepdim=True)
-    c = inv * inv * (g * x64).sum(dim=-1, keepdim=True) / n
+    xhat = x64 * inv  # O(1): keeps every product below in range (inv^3 alone can underflow)
+    gxh_abs = (g * xhat).abs().sum(dim=-1, keepdim=True)
+    c = (g * xhat).sum(dim=-1, keepdim=True) / n
     term = (
         uo * gx_ref.abs()
         + inv * g.abs() * (d + 3 * ua)
-        + inv * (x64 * c).abs() * (3 * d + 6 * ua)
-        + inv**3 * x64.abs() * (n + 2) * ua * gx_abs / n
+        + inv * (xhat * c).abs() * (3 * d + 6 * ua)
+        + inv * xhat.abs() * (n + 2) * ua * gxh_abs / n
     )
     atol_x = 4 * _tiny(acc) * (inv * (g.abs() + 1)) + _subnormal_half_spacing(x.dtype)
     bound_x = SAFETY * term + atol_x

@@ -21,6 +21,9 @@ LOAD_TIMEOUT_S = float(os.environ.get("RMSNORM_LOAD_TIMEOUT", "1800"))
 
 def _child(conn, spec: str, device: str, strict: bool | None) -> None:
     """The worker process: load the target, then answer requests until told to stop."""
+    import faulthandler
+
+    faulthandler.enable()  # a crash prints the Python stack of where it happened
     import torch  # noqa: F401  (import before the target, whose module needs it)
 
     from . import checks, target as tgt
