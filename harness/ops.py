@@ -1,8 +1,8 @@
 """The project's RMSNorm for PyTorch users: the operators, autograd, ``rms_norm`` and ``RMSNorm``.
 
 ``extension()`` builds (once, cached on disk) and loads the C++/CUDA extension, which registers
-``torch.ops.rmsnorm.forward`` and ``torch.ops.rmsnorm.backward``; this module adds their fake
-(meta) implementations and autograd, so that ``torch.compile(fullgraph=True)`` and
+``torch.ops.rmsnorm.forward`` (with its autograd) and ``torch.ops.rmsnorm.backward``; this module
+adds their fake (meta) implementations, so that ``torch.compile(fullgraph=True)`` and
 ``torch.library.opcheck`` work.
 """
 
@@ -53,24 +53,7 @@ def _register_python_parts() -> None:
             weight, memory_format=torch.contiguous_format
         )
 
-    def _setup_context(ctx, inputs, output):
-        x, weight, _eps = inputs
-        _y, inv = output
-        ctx.save_for_backward(x, weight, inv)
-
-    def _backward(ctx, grad_y, grad_inv):
-        x, weight, inv = ctx.saved_tensors
-        if grad_y is None:
-            grad_y = torch.zeros_like(x)
-        grad_x, grad_w = torch.ops.rmsnorm.backward(grad_y, x, weight, inv)
-        if grad_inv is not None:
-            # d inv / d x = -inv^3 x / N: the gradient through the returned statistic.
-            acc = inv.dtype
-            extra = (-grad_inv.to(acc) * inv * inv / x.shape[-1]).unsqueeze(-1) * (x.to(acc) * inv.unsqueeze(-1))
-            grad_x = (grad_x.to(acc) + extra).to(x.dtype)
-        return grad_x, grad_w, None
-
-    torch.library.register_autograd("rmsnorm::forward", _backward, setup_context=_setup_context)
+    # Autograd is registered in C++ (binding/rmsnorm_autograd.cpp).
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -1,0 +1,68 @@
+// Autograd for rmsnorm::forward, registered in C++ under the Autograd key, so that eager calls,
+// torch.compile and C++ users share one backward (and no call redispatches through Python).
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "rmsnorm.h"
+
+namespace rmsnorm {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::tuple<at::Tensor, at::Tensor> call_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("rmsnorm::forward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(x, w, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> call_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
+                                                 const at::Tensor& inv) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("rmsnorm::backward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, const at::Tensor&)>();
+  return op.call(dy, x, w, inv);
+}
+
+class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [y, inv] = call_forward(x, weight, eps);
+    ctx->save_for_backward({x, weight, inv});
+    return {y, inv};
+  }
+
+  // grads: (dL/dy, dL/dinv_rms). The second is usually undefined; when defined it adds
+  // dinv/dx = -inv^3 x / N, computed as -(inv^2 / N) * (x * inv) to stay in range.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& inv = saved[2];
+    at::Tensor gy = grads[0].defined() ? grads[0] : at::zeros_like(x);
+    auto [gx, gw] = call_backward(gy, x, weight, inv);
+    if (grads[1].defined()) {
+      const auto acc = inv.scalar_type();
+      const at::Tensor scale = (-grads[1].to(acc) * inv * inv / x.size(-1)).unsqueeze(-1);
+      gx = (gx.to(acc) + scale * (x.to(acc) * inv.unsqueeze(-1))).to(x.scalar_type());
+    }
+    return {gx, gw, at::Tensor()};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto out = RMSNormFunction::apply(x, weight, eps);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rmsnorm, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+}
+
+}  // namespace rmsnorm
