@@ -1,4 +1,4 @@
-"""Command line: python -m harness {build,gate,fuzz,replay,mutate} [options]."""
+"""Command line: python -m harness {build,gate,fuzz,replay,sanitize} [options]."""
 
 from __future__ import annotations
 
@@ -135,12 +135,6 @@ def cmd_sanitize(args) -> int:
     return sanitize.main(spec, args.tools.split(","), args.cases)
 
 
-def cmd_mutate(args) -> int:
-    from .mutate import main as mutate_main
-
-    return mutate_main(args)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness", description="RMSNorm extension and its correctness gate")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -178,12 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     z.add_argument("--cases", type=int, default=24, help="how many sampled cases")
     z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     z.set_defaults(fn=cmd_sanitize)
-
-    m = sub.add_parser("mutate", help="build each mutant of the catalogue and report which laws kill it")
-    m.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
-    m.add_argument("--only", default=None, help="comma-separated mutant names")
-    m.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    m.set_defaults(fn=cmd_mutate)
 
     args = p.parse_args(argv)
     try:

@@ -138,3 +138,30 @@ def replay_corpus(law: str):
         return test
 
     return deco
+
+
+def strategy_for(law: str) -> st.SearchStrategy[Case]:
+    """The case strategy each law's test draws from (one table, shared with the benchmarks)."""
+    table = {
+        "forward_matches_reference": lambda: cases(),
+        "backward_matches_reference": lambda: cases(),
+        "gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",),
+                                   grad_layouts=("contiguous",)),
+        "autograd_grad_out": lambda: cases(patterns=("normal", "uniform", "spike")),
+        "scale_invariance": lambda: cases(eps=(0.0,), patterns=("normal", "uniform", "constant", "spike")),
+        "rows_independent": lambda: cases(min_rows=2),
+        "strided_equals_contiguous": lambda: cases(layouts=NONCONTIGUOUS),
+        "deterministic": lambda: cases(min_rows=2, max_elements=1 << 18),
+        "inputs_unchanged": lambda: cases(),
+        "every_output_written": lambda: cases(patterns=("normal", "uniform", "spike", "constant")),
+        "nonfinite_propagates": lambda: cases(patterns=("nonfinite",)),
+        "honours_current_stream": lambda: cases(min_rows=1, patterns=("normal",)),
+        "bad_inputs_raise_cleanly": lambda: cases(max_elements=4096, patterns=("normal",)),
+        "opcheck": lambda: cases(max_elements=512, patterns=("normal",)),
+        "compile_equals_eager": lambda: cases(max_elements=512, patterns=("normal",), many_rows=False),
+        "cuda_graph_equals_eager": lambda: cases(max_elements=1 << 14, patterns=("normal",)),
+    }
+    try:
+        return table[law]()
+    except KeyError:
+        raise ValueError(f"strategy_for: no strategy for law {law!r}; expected one of {sorted(table)}") from None

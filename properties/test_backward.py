@@ -1,22 +1,22 @@
 from hypothesis import given
 
 from harness.session import check
-from properties.strategies import cases, replay_corpus
+from properties.strategies import replay_corpus, strategy_for
 
 
 @replay_corpus("backward_matches_reference")
-@given(case=cases())
+@given(case=strategy_for("backward_matches_reference"))
 def test_backward_matches_reference(case):
     check("backward_matches_reference", case)
 
 
 @replay_corpus("gradcheck")
-@given(case=cases(max_elements=64, patterns=("normal",), layouts=("contiguous",), grad_layouts=("contiguous",)))
+@given(case=strategy_for("gradcheck"))
 def test_gradcheck(case):
     check("gradcheck", case)
 
 
 @replay_corpus("autograd_grad_out")
-@given(case=cases(patterns=("normal", "uniform", "spike")))
+@given(case=strategy_for("autograd_grad_out"))
 def test_autograd_grad_out(case):
     check("autograd_grad_out", case)

@@ -3,25 +3,25 @@
 from hypothesis import given, settings
 
 from harness.session import check
-from properties.strategies import cases, replay_corpus
+from properties.strategies import replay_corpus, strategy_for
 
 
 @replay_corpus("opcheck")
 @settings(max_examples=4)
-@given(case=cases(max_elements=512, patterns=("normal",)))
+@given(case=strategy_for("opcheck"))
 def test_opcheck(case):
     check("opcheck", case)
 
 
 @replay_corpus("compile_equals_eager")
 @settings(max_examples=2)
-@given(case=cases(max_elements=512, patterns=("normal",), many_rows=False))
+@given(case=strategy_for("compile_equals_eager"))
 def test_compile_equals_eager(case):
     check("compile_equals_eager", case)
 
 
 @replay_corpus("cuda_graph_equals_eager")
 @settings(max_examples=10)
-@given(case=cases(max_elements=1 << 14, patterns=("normal",)))
+@given(case=strategy_for("cuda_graph_equals_eager"))
 def test_cuda_graph_equals_eager(case):
     check("cuda_graph_equals_eager", case)

@@ -1,0 +1,115 @@
+"""python -m harness fuzz --minutes M: a time-boxed fuzzing session over every law, with a
+progress line, ending with a report. Failing cases are saved to the corpus as soon as they are
+found (and replaced by their shrunk form), so an interrupted session keeps them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import time
+
+from .build import ROOT
+
+TEST_MODULES = ("test_forward", "test_backward", "test_laws", "test_errors", "test_ops")
+
+
+def _collect(laws):
+    tests = []
+    for name in TEST_MODULES:
+        mod = importlib.import_module(f"properties.{name}")
+        for attr, fn in vars(mod).items():
+            if attr.startswith("test_") and hasattr(fn, "hypothesis"):
+                law = attr[len("test_"):]
+                if laws is None or law in laws:
+                    tests.append((law, fn))
+    if laws is not None:
+        missing = set(laws) - {law for law, _ in tests}
+        if missing:
+            raise ValueError(f"fuzz: unknown laws {sorted(missing)}")
+    return tests
+
+
+def _progress(stop: threading.Event, t0: float, deadline: float, state: dict) -> None:
+    from . import session
+
+    tty = sys.stderr.isatty()
+    last = 0.0
+    while not stop.wait(1.0):
+        now = time.time()
+        if not tty and now - last < 30:
+            continue
+        last = now
+        n = sum(sum(c.values()) for c in session.TALLY.by_law.values())
+        rate = n / max(now - t0, 1e-9)
+        line = (f"fuzz: {now - t0:6.0f} s of {deadline - t0:.0f} | {n} cases ({rate:.1f}/s) | "
+                f"{len(state['failed'])} failing law(s) | now: {state['law']}")
+        print(("\r" + line.ljust(110)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+
+def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
+    if minutes <= 0:
+        raise ValueError(f"fuzz: expected --minutes > 0, but got {minutes}")
+    if chunk < 1:
+        raise ValueError(f"fuzz: expected --chunk >= 1, but got {chunk}")
+    sys.path.insert(0, str(ROOT))
+    from hypothesis import settings
+
+    import conftest  # noqa: F401  (registers the profiles)
+
+    settings.register_profile("fuzz-run", parent=settings.get_profile("fuzz"), max_examples=chunk)
+    settings.load_profile("fuzz-run")  # before the tests are imported, so they take it
+    from _pytest.outcomes import Skipped
+
+    from . import session
+
+    tests = _collect(laws)
+    info = session.runner().info
+    print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
+          f"{len(tests)} laws, {minutes:g} min", file=sys.stderr)
+    t0 = time.time()
+    deadline = t0 + minutes * 60
+    state = {"law": "-", "failed": {}, "not_run": {}}
+    stop = threading.Event()
+    th = threading.Thread(target=_progress, args=(stop, t0, deadline, state), daemon=True)
+    th.start()
+    interrupted = False
+    try:
+        rotation = list(tests)
+        while rotation and time.time() < deadline:
+            for law, fn in list(rotation):
+                if time.time() >= deadline:
+                    break
+                state["law"] = law
+                try:
+                    fn()
+                except Skipped as e:
+                    state["not_run"][law] = str(e)
+                    rotation.remove((law, fn))
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as e:  # noqa: BLE001 - a failure the report lists
+                    state["failed"][law] = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                    rotation.remove((law, fn))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stop.set()
+        th.join()
+    print(file=sys.stderr)
+    elapsed = time.time() - t0
+    total = sum(sum(c.values()) for c in session.TALLY.by_law.values())
+    print(f"fuzz report: {total} cases in {elapsed:.0f} s ({total / max(elapsed, 1e-9):.1f}/s)"
+          + (", interrupted" if interrupted else ""))
+    from .pytest_plugin import summary_lines
+
+    for line in summary_lines(session.TALLY, sorted(state["not_run"].items())):
+        print(line)
+    for f in session.TALLY.failures:
+        print(f"FAILED {f['law']} [{f['status']}]: saved {f['file']}")
+    for law, msg in state["failed"].items():
+        if not any(f["law"] == law for f in session.TALLY.failures):
+            print(f"FAILED {law}: {msg}")
+    if interrupted:
+        return 130
+    return 1 if state["failed"] else 0

@@ -1,0 +1,20 @@
+"""The CMake route: the same sources build against libtorch, and CTest passes (a C++ program
+calling the operator through the dispatcher, and torch.ops.load_library from Python)."""
+
+import subprocess
+import sys
+
+import torch
+
+from harness.build import ROOT
+
+
+def test_cmake_build_and_ctest():
+    build = ROOT / ".build" / "cmake"
+    cfg = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+                          f"-DPython3_EXECUTABLE={sys.executable}"], capture_output=True, text=True)
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    b = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True)
+    assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]
+    t = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True)
+    assert t.returncode == 0 and "100% tests passed" in t.stdout, t.stdout + t.stderr
