@@ -63,6 +63,15 @@ def cuda_build_possible() -> tuple[bool, str]:
     return True, ""
 
 
+def prepare_jit_env() -> bool:
+    """For a plain ``cpp_extension.load`` call: point CUDA_HOME at a real toolkit and, when no
+    GPU can be asked, set TORCH_CUDA_ARCH_LIST to sm_90. Returns whether CUDA can be built."""
+    with_cuda, _ = cuda_build_possible()
+    if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
+    return with_cuda
+
+
 def cuda_arch_list() -> str:
     """The arch list to compile for: the visible GPUs, else sm_90."""
     import torch

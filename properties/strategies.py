@@ -113,7 +113,8 @@ def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns
 
 
 def expensive_cases() -> st.SearchStrategy[Case]:
-    """Large tensors (up to 2^24 elements), for the fuzz profile's rare draws."""
+    """Large tensors: up to 2^24 elements and rows of up to 2^18, drawn a few times a run (their
+    own test has a small budget) rather than never. Shrinks like cases()."""
     return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18)
 
 
@@ -144,6 +145,8 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
     """The case strategy each law's test draws from (one table, shared with the benchmarks)."""
     table = {
         "forward_matches_reference": lambda: cases(),
+        "forward_matches_reference_large": expensive_cases,
+        "backward_matches_reference_large": expensive_cases,
         "backward_matches_reference": lambda: cases(),
         "gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",),
                                    grad_layouts=("contiguous",)),

@@ -1,4 +1,4 @@
-from hypothesis import given
+from hypothesis import given, settings
 
 from harness.session import check
 from properties.strategies import replay_corpus, strategy_for
@@ -20,3 +20,9 @@ def test_gradcheck(case):
 @given(case=strategy_for("autograd_grad_out"))
 def test_autograd_grad_out(case):
     check("autograd_grad_out", case)
+
+
+@settings(max_examples=3)  # expensive: a few large tensors a run, more under the fuzz command
+@given(case=strategy_for("backward_matches_reference_large"))
+def test_backward_matches_reference_large(case):
+    check("backward_matches_reference", case)

@@ -1,4 +1,4 @@
-from hypothesis import given
+from hypothesis import given, settings
 
 from harness.session import check
 from properties.strategies import replay_corpus, strategy_for
@@ -7,4 +7,10 @@ from properties.strategies import replay_corpus, strategy_for
 @replay_corpus("forward_matches_reference")
 @given(case=strategy_for("forward_matches_reference"))
 def test_forward_matches_reference(case):
+    check("forward_matches_reference", case)
+
+
+@settings(max_examples=3)  # expensive: a few large tensors a run, more under the fuzz command
+@given(case=strategy_for("forward_matches_reference_large"))
+def test_forward_matches_reference_large(case):
     check("forward_matches_reference", case)
