@@ -53,7 +53,7 @@ def main() -> int:
 
     device = args.device or default_device()
     r = Runner("project", device)
-    info = r.start()
+    r.start()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"

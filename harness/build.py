@@ -9,7 +9,6 @@ rebuilds.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import re
 import shutil
@@ -240,7 +239,3 @@ def sources_spec(paths: list[Path], *, name_prefix: str = "rmsnorm_target") -> B
     cuda_flags = ("-O3", "-lineinfo") if os.environ.get("RMSNORM_LINEINFO", "0") == "1" else ("-O3",)
     return BuildSpec(sources=tuple(files), name_prefix=name_prefix, with_cuda=with_cuda,
                      extra_cuda_cflags=cuda_flags)
-
-
-def import_module(name: str) -> ModuleType:
-    return importlib.import_module(name)

@@ -8,8 +8,6 @@ Rejected or Crashed (see harness.target).
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-
 import torch
 
 from . import tolerance as tol
@@ -568,8 +566,3 @@ def run_law(target: Target, name: str, case: Case, **kw) -> dict:
     if why:
         raise NotApplicable(why)
     return law_.fn(target, case, **kw) or {}
-
-
-def law_table() -> list[SimpleNamespace]:
-    return [SimpleNamespace(name=n, doc=l.doc, backward=l.needs_backward, ops=l.needs_ops, cuda=l.needs_cuda)
-            for n, l in LAWS.items()]

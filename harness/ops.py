@@ -9,7 +9,6 @@ adds their fake (meta) implementations, so that ``torch.compile(fullgraph=True)`
 from __future__ import annotations
 
 import numbers
-import sys
 from types import ModuleType
 
 import torch
@@ -62,7 +61,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return torch.ops.rmsnorm.forward(x, weight, float(eps))[0]
 
 
-def make_function(module: ModuleType, *, returns_inv: bool | None = None) -> type[torch.autograd.Function]:
+def make_function(module) -> type[torch.autograd.Function]:
     """The seed card's ``CustomRMSNorm`` autograd.Function over any module with its contract.
 
     A module whose forward returns only y gets inv_rms computed here (float32, float64 for
@@ -144,9 +143,3 @@ class RMSNorm(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
-
-
-def _main() -> int:  # python -m harness.ops: build and say what was built
-    extension()
-    print(build_note(), file=sys.stderr)
-    return 0

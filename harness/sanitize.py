@@ -57,7 +57,7 @@ def inner(spec: str, count: int) -> int:
             except (LawFailure, Crashed) as e:
                 bad += 1
                 print(f"sanitize sample: {law} failed: {str(e).splitlines()[0]}", flush=True)
-    print(f"sanitize sample: {count} cases run", flush=True)
+    print(f"sanitize sample: {count} cases run, {bad} law failure(s) (the gate judges those)", flush=True)
     return 0
 
 

@@ -111,10 +111,6 @@ def runner() -> Runner:
     return _RUNNER
 
 
-def info() -> dict:
-    return runner().info
-
-
 def identity() -> dict:
     global _IDENTITY
     if _IDENTITY is None:

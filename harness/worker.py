@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -179,7 +178,3 @@ class Runner:
 
 def lane_of(device: str) -> str:
     return "CUDA" if device.startswith("cuda") else "CPU"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
