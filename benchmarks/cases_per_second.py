@@ -56,6 +56,9 @@ def main() -> int:
     r.start()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                      text=True).stdout.strip():
+        commit += "+dirty"
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"
     print(f"# suite speed, lane {lane_of(device)} ({gpu}), torch {torch.__version__}, commit {commit}, "
           f"python {platform.python_version()}")

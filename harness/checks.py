@@ -512,6 +512,7 @@ def compile_equals_eager(target: Target, case: Case):
     def model(x, w):
         return rms_norm(x * 2.0, w, case.eps) * 3.0
 
+    torch._dynamo.reset()  # each case compiles afresh: no recompile limit across cases
     compiled = torch.compile(model, fullgraph=True, dynamic=False)
     outs = []
     for fn in (model, compiled):

@@ -100,3 +100,11 @@ def test_nonfinite_classes_must_match():
     assert not tol.compare("y", ref.clone(), ref, torch.zeros_like(ref))
     assert tol.compare("y", torch.tensor([[0.0, float("inf"), 1.0]]), ref, torch.zeros_like(ref))
     assert tol.compare("y", torch.tensor([[float("nan"), float("-inf"), 1.0]]), ref, torch.zeros_like(ref))
+
+
+def test_a_true_value_past_the_dtype_range_may_round_to_inf():
+    ref = torch.tensor([84787.75, -1.0], dtype=torch.float64)
+    got = torch.tensor([float("inf"), -1.0], dtype=torch.float16)
+    assert not tol.compare("grad_x", got, ref, torch.tensor([100.0, 0.0], dtype=torch.float64))
+    assert tol.compare("grad_x", torch.tensor([float("-inf"), -1.0], dtype=torch.float16), ref,
+                       torch.tensor([100.0, 0.0], dtype=torch.float64))
