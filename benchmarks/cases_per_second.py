@@ -56,7 +56,7 @@ def main() -> int:
     r.start()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/*.txt"], capture_output=True,
                       text=True).stdout.strip():
         commit += "+dirty"
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"
