@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import torch
+from torch.autograd.gradcheck import GradcheckError
 
 from . import tolerance as tol
 from .cases import Case, materialize
@@ -179,7 +180,7 @@ def gradcheck(target: Target, case: Case):
         w = w0.to(dt).to(target.device).requires_grad_()
         try:
             torch.autograd.gradcheck(lambda a, b: fn_cls.apply(a, b, eps), (x, w), nondet_tol=0.0, **opts)
-        except torch.autograd.gradcheck.GradcheckError as e:
+        except GradcheckError as e:
             raise LawFailure(f"gradcheck ({dt}) failed for x of shape {[rows, n]}, eps={eps}:\n{e}") from None
         except Exception as e:  # noqa: BLE001
             from .target import Rejected
@@ -194,7 +195,7 @@ def gradcheck(target: Target, case: Case):
 
             try:
                 torch.autograd.gradcheck(both, (x, w), nondet_tol=0.0, **opts)
-            except torch.autograd.gradcheck.GradcheckError as e:
+            except GradcheckError as e:
                 raise LawFailure(f"gradcheck of torch.ops.rmsnorm.forward (y and inv_rms) failed:\n{e}") from None
         return {"gradcheck_dtype": str(dt).replace("torch.", "")}
     raise last_reject

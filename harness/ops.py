@@ -80,7 +80,6 @@ def make_function(module) -> type[torch.autograd.Function]:
                 inv_rms = torch.rsqrt((x64 * x64).mean(-1) + eps).to(_stat_dtype(x.dtype))
             ctx.save_for_backward(x, weight, inv_rms)
             ctx.eps = eps
-            ctx.mark_non_differentiable(inv_rms) if isinstance(out, (tuple, list)) else None
             return y
 
         @staticmethod

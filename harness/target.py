@@ -108,8 +108,6 @@ class Target:
         """Call into the target; sort any exception into Rejected or Crashed."""
         try:
             out = fn(*args)
-            self.sync()
-            return out
         except Exception as e:  # noqa: BLE001 - any exception is data about the target
             msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             if self.is_cuda:
@@ -120,6 +118,20 @@ class Target:
                 except Exception as e2:  # noqa: BLE001
                     raise Crashed(f"{msg}; then the CUDA context was broken: {e2}") from None
             raise Rejected(msg) from None
+        if self.is_cuda:
+            self._probe(what)
+        return out
+
+    def _probe(self, what: str) -> None:
+        """After a call that returned: wait for its kernels, then launch one of ours, which
+        surfaces an error the target left pending (an unchecked failed launch) or a broken
+        context. Either is the target's failure, reported as a crash."""
+        try:
+            torch.cuda.synchronize(self.device)
+            torch.ones(1, device=self.device).add_(1)
+            torch.cuda.synchronize(self.device)
+        except Exception as e:  # noqa: BLE001
+            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}") from None
 
     def forward(self, x, weight, eps):
         """(y, inv_rms or None), with the outputs' form checked."""

@@ -62,6 +62,11 @@ def _child(conn, spec: str, device: str, strict: bool | None) -> None:
         except tgt.NotApplicable as e:
             reply = {"status": "not_applicable", "message": str(e)}
         except BaseException as e:  # noqa: BLE001 - a fault of the harness, reported as such
+            if t.is_cuda and tgt._CUDA_ERROR.search(str(e)):
+                # A CUDA error surfacing in the harness's own work was left behind by the target.
+                conn.send({"status": "crash", "message": f"a CUDA error surfaced after the target ran: "
+                                                         f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}"})
+                return
             reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
         conn.send(reply)
 
