@@ -11,7 +11,6 @@ import math
 from hypothesis import assume, strategies as st
 
 from harness.cases import DTYPES, LAYOUTS, PATTERNS, Case, layout_possible
-from harness.checks import BAD_INPUTS
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
 EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
@@ -116,11 +115,6 @@ def expensive_cases() -> st.SearchStrategy[Case]:
     """Large tensors: up to 2^24 elements and rows of up to 2^18, drawn a few times a run (their
     own test has a small budget) rather than never. Shrinks like cases()."""
     return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18)
-
-
-def bad_input_kinds() -> st.SearchStrategy[str]:
-    """Kinds of bad input (harness.checks.BAD_INPUTS); shrinks towards the first."""
-    return st.sampled_from(BAD_INPUTS)
 
 
 NONCONTIGUOUS = tuple(l for l in LAYOUTS if l != "contiguous")
