@@ -143,7 +143,7 @@ class Target:
             inv = out[1] if len(out) > 1 and isinstance(out[1], torch.Tensor) else None
         else:
             raise LawFailure(f"forward returned {type(out).__name__}; expected a Tensor or (y, inv_rms)")
-        check_output("y", y, tuple(x.shape), x.dtype, x.device)
+        check_output("y", y, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
         if inv is not None:
             lead = tuple(x.shape[:-1])
             rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
@@ -164,18 +164,25 @@ class Target:
         if not (isinstance(out, (tuple, list)) and len(out) >= 2):
             raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
         gx, gw = out[0], out[1]
-        check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device)
-        check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device)
+        check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
+        check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
         return gx, gw
 
 
-def check_output(name, t, shape, dtype, device) -> None:
+_WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
+          torch.float32: (torch.float64,), torch.float64: ()}
+
+
+def check_output(name, t, shape, dtype, device, *, allow_wider: bool = False) -> None:
+    """Shape, device and dtype of an output. allow_wider (targets other than this project):
+    a wider float dtype is accepted (e.g. float32 gradients for a bfloat16 weight, which
+    autograd casts back); its values are still compared."""
     if not isinstance(t, torch.Tensor):
         raise LawFailure(f"{name}: expected a Tensor, but got {type(t).__name__}")
     problems = []
     if tuple(t.shape) != tuple(shape):
         problems.append(f"shape {list(shape)}, got {list(t.shape)}")
-    if t.dtype != dtype:
+    if t.dtype != dtype and not (allow_wider and t.dtype in _WIDER.get(dtype, ())):
         problems.append(f"dtype {dtype}, got {t.dtype}")
     if t.device != torch.device(device):
         problems.append(f"device {device}, got {t.device}")

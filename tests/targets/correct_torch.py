@@ -1,6 +1,7 @@
 """A correct RMSNorm written with torch ops, independent of this project's kernels: float32
 statistics, and the Hugging Face rounding (normalised value rounded to the input dtype, then
-multiplied by a same-dtype weight). The suite must never alarm on it."""
+multiplied by a same-dtype weight), grad_weight returned in float32. The suite must never alarm
+on it."""
 
 import torch
 
@@ -27,5 +28,5 @@ def backward(grad_out, x, weight, inv_rms):
     g = dy * w
     c = inv * inv * (g * xf).sum(-1, keepdim=True) / n
     gx = (inv * (g - xf * c)).to(x.dtype)
-    gw = (dy * xf * inv).reshape(-1, n).sum(0).to(weight.dtype)
+    gw = (dy * xf * inv).reshape(-1, n).sum(0)  # left in float32: autograd casts it to the weight's dtype
     return gx, gw
