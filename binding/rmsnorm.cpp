@@ -123,19 +123,32 @@ void check_backward_args(const at::Tensor& grad_out, const at::Tensor& x,
 
 namespace {
 
-// Calls fn with scalar_t (x's type) and weight_t (scalar_t or float) bound.
-
 constexpr int64_t kRowGrain = 16;
 
 }  // namespace
 
+ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {
+  return ForwardIO{as_rows(x), weight.contiguous(),
+                   at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
+                   at::empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};
+}
+
+BackwardIO backward_io(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                       const at::Tensor& inv_rms) {
+  const at::Tensor w = weight.contiguous();
+  return BackwardIO{as_rows(x), as_rows(grad_out), w, inv_rms.contiguous(),
+                    at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
+                    at::empty_like(w)};
+}
+
 std::tuple<at::Tensor, at::Tensor> forward_cpu(const at::Tensor& x, const at::Tensor& weight,
                                                double eps) {
   check_forward_args(x, weight, eps);
-  const Rows xr = as_rows(x);
-  const at::Tensor w = weight.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor inv = at::empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())));
+  const ForwardIO io = forward_io(x, weight);  // no structured bindings: lambdas capture these (C++17)
+  const Rows& xr = io.x;
+  const at::Tensor& w = io.w;
+  const at::Tensor& y = io.y;
+  const at::Tensor& inv = io.inv;
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
     using W = decltype(wt);
@@ -156,12 +169,13 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
                                                 const at::Tensor& weight,
                                                 const at::Tensor& inv_rms) {
   check_backward_args(grad_out, x, weight, inv_rms);
-  const Rows xr = as_rows(x);
-  const Rows dyr = as_rows(grad_out);
-  const at::Tensor w = weight.contiguous();
-  const at::Tensor inv = inv_rms.contiguous();
-  at::Tensor dx = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor dw = at::empty_like(w);
+  const BackwardIO io = backward_io(grad_out, x, weight, inv_rms);
+  const Rows& xr = io.x;
+  const Rows& dyr = io.dy;
+  const at::Tensor& w = io.w;
+  const at::Tensor& inv = io.inv;
+  const at::Tensor& dx = io.dx;
+  const at::Tensor& dw = io.dw;
   const int64_t rows = xr.rows;
   const int64_t n = xr.n;
   const int64_t chunks = gw_num_chunks(rows, n);

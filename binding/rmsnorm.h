@@ -34,6 +34,26 @@ at::ScalarType acc_dtype(at::ScalarType x_dtype);
 // Shape of inv_rms: x.shape[:-1].
 std::vector<int64_t> stat_shape(const at::Tensor& x);
 
+// Inputs seen as rows and freshly allocated outputs, the same for the CPU and CUDA backends.
+struct ForwardIO {
+  Rows x;
+  at::Tensor w;    // contiguous weight
+  at::Tensor y;    // contiguous, shape and dtype of x
+  at::Tensor inv;  // x.shape[:-1], acc_dtype
+};
+ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight);
+
+struct BackwardIO {
+  Rows x;
+  Rows dy;
+  at::Tensor w;    // contiguous weight
+  at::Tensor inv;  // contiguous inv_rms
+  at::Tensor dx;   // contiguous, shape and dtype of x
+  at::Tensor dw;   // shape and dtype of weight
+};
+BackwardIO backward_io(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
+                       const at::Tensor& inv_rms);
+
 // Calls fn(scalar_t(), weight_t()) with scalar_t the type of x and weight_t either scalar_t or
 // float, as the weight's dtype says (check_forward_args has already vetted the pair).
 template <typename Fn>

@@ -34,16 +34,16 @@ cuda_t<T>* cuda_ptr(const at::Tensor& t) {
   return reinterpret_cast<cuda_t<T>*>(t.data_ptr<T>());
 }
 
-
 std::tuple<at::Tensor, at::Tensor> forward_cuda(const at::Tensor& x, const at::Tensor& weight,
                                                 double eps) {
   check_forward_args(x, weight, eps);
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const Rows xr = as_rows(x);
-  const at::Tensor w = weight.contiguous();
-  at::Tensor y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor inv = at::empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())));
+  const ForwardIO io = forward_io(x, weight);  // no structured bindings: lambdas capture these (C++17)
+  const Rows& xr = io.x;
+  const at::Tensor& w = io.w;
+  const at::Tensor& y = io.y;
+  const at::Tensor& inv = io.inv;
   if (xr.rows == 0) return {y, inv};
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
@@ -63,12 +63,13 @@ std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, con
   check_backward_args(grad_out, x, weight, inv_rms);
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const Rows xr = as_rows(x);
-  const Rows dyr = as_rows(grad_out);
-  const at::Tensor w = weight.contiguous();
-  const at::Tensor inv = inv_rms.contiguous();
-  at::Tensor dx = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor dw = at::empty_like(w);
+  const BackwardIO io = backward_io(grad_out, x, weight, inv_rms);
+  const Rows& xr = io.x;
+  const Rows& dyr = io.dy;
+  const at::Tensor& w = io.w;
+  const at::Tensor& inv = io.inv;
+  const at::Tensor& dx = io.dx;
+  const at::Tensor& dw = io.dw;
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
     using W = decltype(wt);

@@ -199,17 +199,21 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     return module
 
 
+def _cuda_flags(lineinfo: bool | None) -> tuple[str, ...]:
+    """nvcc flags; -lineinfo (for compute-sanitizer) when asked or RMSNORM_LINEINFO=1."""
+    if lineinfo is None:
+        lineinfo = os.environ.get("RMSNORM_LINEINFO", "0") == "1"
+    return ("-O3", "-lineinfo") if lineinfo else ("-O3",)
+
+
 def project_spec(*, lineinfo: bool | None = None) -> tuple[BuildSpec, str]:
     """The project's own extension, CUDA when possible; with the one-line reason otherwise."""
     with_cuda, why = cuda_build_possible()
-    if lineinfo is None:
-        lineinfo = os.environ.get("RMSNORM_LINEINFO", "0") == "1"
-    cuda_flags = ("-O3", "-lineinfo") if lineinfo else ("-O3",)
     spec = BuildSpec(
         sources=tuple(project_sources(with_cuda)),
         name_prefix="rmsnorm_ext",
         with_cuda=with_cuda,
-        extra_cuda_cflags=cuda_flags,
+        extra_cuda_cflags=_cuda_flags(lineinfo),
     )
     note = "CUDA and CPU kernels" if with_cuda else f"CPU-only build ({why})"
     return spec, note
@@ -236,6 +240,5 @@ def sources_spec(paths: list[Path], *, name_prefix: str = "rmsnorm_target") -> B
         ok, why = cuda_build_possible()
         if not ok:
             raise RuntimeError(f"target has CUDA sources but they cannot be compiled here: {why}")
-    cuda_flags = ("-O3", "-lineinfo") if os.environ.get("RMSNORM_LINEINFO", "0") == "1" else ("-O3",)
     return BuildSpec(sources=tuple(files), name_prefix=name_prefix, with_cuda=with_cuda,
-                     extra_cuda_cflags=cuda_flags)
+                     extra_cuda_cflags=_cuda_flags(None))

@@ -15,7 +15,7 @@ from . import tolerance as tol
 from .cases import Case, materialize
 from .ops import make_function
 from .reference import backward_ref, forward_ref
-from .target import LawFailure, NotApplicable, Target
+from .target import LawFailure, NotApplicable, Rejected, Target
 
 LAWS: dict[str, "Law"] = {}
 
@@ -90,6 +90,11 @@ def forward_checked(target: Target, x, weight, eps, case: Case, *, poison_byte=P
     acc = _acc(x.dtype)
     poison(x.device, [_nbytes(x.shape, x.dtype), _nbytes(x.shape[:-1], acc)], poison_byte)
     y, inv = target.forward(x, weight, eps)
+    return y, inv, compare_forward(y, inv, x, weight, eps, case, label=label)
+
+
+def compare_forward(y, inv, x, weight, eps, case: Case, *, label="", extra="") -> dict:
+    """Compare y (and inv_rms, when not None) with the float64 reference; raise LawFailure."""
     stats = tol.row_stats(x, eps)
     y_ref, inv_ref = forward_ref(x, weight, eps)
     bound_y, bound_inv = tol.forward_bounds(x, weight, eps, stats, x.dtype)
@@ -99,8 +104,8 @@ def forward_checked(target: Target, x, weight, eps, case: Case, *, poison_byte=P
         inv_l = _inv_as_lead(inv, x)
         b = bound_inv + tol.unit_roundoff(inv.dtype) * inv_ref.abs() * tol.SAFETY
         msgs.append(tol.compare(f"{label}inv_rms", inv_l, inv_ref, b, check=rows_ok, index_names=("row",)))
-    _fail(msgs, case)
-    return y, inv, {"unverified_rows": int((~rows_ok).sum())}
+    _fail(msgs, case, extra)
+    return {"unverified_rows": int((~rows_ok).sum())}
 
 
 def inv_for_backward(x, eps, inv_from_target):
@@ -183,8 +188,6 @@ def gradcheck(target: Target, case: Case):
         except GradcheckError as e:
             raise LawFailure(f"gradcheck ({dt}) failed for x of shape {[rows, n]}, eps={eps}:\n{e}") from None
         except Exception as e:  # noqa: BLE001
-            from .target import Rejected
-
             if isinstance(e, Rejected) and dt == torch.float64 and not target.strict:
                 last_reject = e
                 continue
@@ -440,8 +443,6 @@ def _bad_call(kind: str, target: Target, case: Case, t):
 def bad_inputs_raise_cleanly(target: Target, case: Case, kind: str = ""):
     """Inputs outside the contract raise a clean error (this project: always), and the process
     and CUDA context keep working: a valid call afterwards is still right."""
-    from .target import Rejected
-
     kinds = [k for k in BAD_INPUTS if (k != "device_mismatch" or target.is_cuda)
              and (k not in ("grad_shape", "inv_shape") or target.has_backward)]
     kind = kind or kinds[case.seed % len(kinds)]
@@ -478,12 +479,8 @@ def honours_current_stream(target: Target, case: Case):
     side.synchronize()
     target.sync()
     y = out if isinstance(out, torch.Tensor) else out[0]
-    stats = tol.row_stats(t.x, case.eps)
-    y_ref, _ = forward_ref(t.x, t.weight, case.eps)
-    bound, _ = tol.forward_bounds(t.x, t.weight, case.eps, stats, t.x.dtype)
-    rows_ok = stats.verifiable | ~stats.finite
-    _fail([tol.compare("y computed on a side stream", y, y_ref, bound, check=_row_mask(rows_ok, t.x.shape))], case,
-          "\n  (the target likely launches on another stream than torch.cuda.current_stream())")
+    compare_forward(y, None, t.x, t.weight, case.eps, case, label="[computed on a side stream] ",
+                    extra="\n  (the target likely launches on another stream than torch.cuda.current_stream())")
     return {}
 
 

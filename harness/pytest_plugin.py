@@ -43,7 +43,6 @@ def pytest_configure(config):
         os.environ["RMSNORM_STRICT"] = "0"
     if not _is_xdist_worker(config) and not os.environ.get("RMSNORM_TALLY_DIR"):
         os.environ["RMSNORM_TALLY_DIR"] = tempfile.mkdtemp(prefix="rmsnorm-tally-")
-    config.addinivalue_line("markers", "law(name): the test checks this law of harness.checks")
 
 
 def pytest_report_header(config):
