@@ -55,9 +55,13 @@ POISON_FINITE = 0x42  # a finite value in every float dtype (48.56 in float32)
 
 
 def poison(device, nbytes: list[int], byte: int = POISON_NAN) -> None:
-    """Fill and free blocks of the outputs' sizes, so the allocator hands the target memory
-    that shows where it never wrote."""
-    blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in nbytes if nb > 0 for _ in range(4)]
+    """Fill and free blocks of the outputs' sizes, and of fractions of the largest (where a
+    target's scratch buffers tend to fall), so the allocator hands the target memory that shows
+    where it never wrote."""
+    sizes = [nb for nb in nbytes if nb > 0]
+    if sizes:
+        sizes += [max(sizes) >> k for k in range(1, 7) if max(sizes) >> k >= 256]
+    blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in sizes for _ in range(4)]
     del blocks  # several blocks of each size, so that the next allocations of it are likely poisoned
 
 
@@ -122,7 +126,7 @@ def backward_checked(target: Target, grad_out, x, weight, eps, inv, case: Case, 
     return compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, label=label)
 
 
-def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label=""):
+def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label="", weight_grad=True):
     stats = tol.row_stats(x, eps)
     gx_ref, gw_ref = backward_ref(grad_out, x, weight, eps)
     inv_used = _inv_as_lead(inv.detach(), x).to(torch.float64)
@@ -130,7 +134,7 @@ def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label=""):
     bound_x, bound_w = tol.backward_bounds(grad_out, x, weight, stats, d_used, gx_ref, gw_ref, gw.dtype)
     rows_ok = stats.verifiable | ~stats.finite
     msgs = [tol.compare(f"{label}grad_x", gx, gx_ref, bound_x, check=_row_mask(rows_ok, x.shape), strict_nonfinite=False)]
-    if bool((stats.verifiable | ~stats.finite).all()):
+    if weight_grad and bool((stats.verifiable | ~stats.finite).all()):
         msgs.append(tol.compare(f"{label}grad_weight", gw, gw_ref, bound_w, strict_nonfinite=False, index_names=("col",)))
     _fail(msgs, case)
     return gx, gw, {"unverified_rows": int((~rows_ok).sum())}
@@ -461,6 +465,58 @@ def bad_inputs_raise_cleanly(target: Target, case: Case, kind: str = ""):
     # The process (and CUDA context) must still work.
     forward_checked(target, t.x, t.weight, case.eps, case, label=f"[after bad {kind}] ")
     return {"bad_input": kind, "raised": raised is not None}
+
+
+@law(cuda=True)
+def beyond_2_31_elements(target: Target, case: Case):
+    """Tensors past 2^31 elements (64-bit offsets): the rows around the 2^31-element boundary and
+    at the end, forward and grad_x, and sampled columns of grad_weight match the reference."""
+    dev = target.device
+    dt, wdt = case.torch_dtype, case.torch_weight_dtype
+    rows, n = case.rows, case.n
+    elsize = torch.empty((), dtype=dt).element_size()
+    need = 4 * case.numel * elsize + 8 * rows + (1 << 30)
+    free, _ = torch.cuda.mem_get_info(dev)
+    if free < need:
+        raise NotApplicable(f"needs {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+    g = torch.Generator(device=dev).manual_seed(case.seed)
+    x = torch.randn(rows, n, generator=g, device=dev, dtype=dt)
+    w = torch.randn(n, generator=g, device=dev, dtype=torch.float32).to(wdt)
+    boundary = (1 << 31) // n
+    pick = torch.tensor(sorted({r for r in (0, boundary - 1, boundary, boundary + 1, rows - 2, rows - 1)
+                                if 0 <= r < rows}), device=dev)
+    y, inv = target.forward(x, w, case.eps)
+    compare_forward(y[pick], None if inv is None else inv.reshape(rows)[pick], x[pick], w, case.eps, case,
+                    label="[rows at the 2^31 boundary and the end] ")
+    del y
+    if not target.has_backward:
+        return {}
+    dy = torch.randn(rows, n, generator=g, device=dev, dtype=dt)
+    inv_b = inv_for_backward(x, case.eps, inv).reshape(rows)
+    gx, gw = target.backward(dy, x, w, inv_b.reshape(x.shape[:-1]))
+    compare_grads(gx[pick], gw, dy[pick], x[pick], w, case.eps, inv_b[pick], case, weight_grad=False,
+                  label="[rows at the 2^31 boundary and the end] ")
+    del gx
+    # grad_weight on a few columns, summed over every row in float64.
+    cols = torch.tensor(sorted({0, n // 2, n - 1}), device=dev)
+    ref = torch.zeros(len(cols), dtype=torch.float64, device=dev)
+    mag = torch.zeros_like(ref)
+    step = max(1, (1 << 26) // n)
+    for r0 in range(0, rows, step):
+        xs = x[r0:r0 + step].to(torch.float64)
+        inv64 = torch.rsqrt((xs * xs).mean(-1) + case.eps)
+        t = dy[r0:r0 + step, cols].to(torch.float64) * xs[:, cols] * inv64[:, None]
+        ref += t.sum(0)
+        mag += t.abs().sum(0)
+    got = gw[cols].to(torch.float64)
+    u_acc, u_w = tol.unit_roundoff(tol.acc_dtype(dt)), tol.unit_roundoff(wdt)
+    bound = tol.SAFETY * ((rows * u_acc + 2 * u_w) * mag + 2 * u_w * ref.abs())
+    bad = ~((got - ref).abs() <= bound)
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0])
+        raise LawFailure(f"grad_weight[{int(cols[k])}] over {rows} rows: expected {ref[k].item():.6g} "
+                         f"(bound {bound[k].item():.3g}), but got {got[k].item():.6g}\n  case: {case.short()}")
+    return {}
 
 
 @law(cuda=True)

@@ -1,4 +1,4 @@
-"""Command line: python -m harness {build,gate,fuzz,replay,sanitize} [options]."""
+"""Command line: python -m harness {build,gate,fuzz,replay,sanitize,mutate} [options]."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def cmd_build(args) -> int:
     spec = parse_spec(args.target)
     if spec.startswith("module:"):
         print(f"rmsnorm: {spec} is prebuilt; nothing to build")
+        return 0
+    if spec.startswith("mutant:"):
+        from . import mutants
+
+        path, dt = mutants.build_mutant(mutants.BY_NAME[spec[7:]])
+        print(f"rmsnorm: {spec} ready in {dt:.1f} s: {path}")
         return 0
     bspec, note = build_spec_for(spec)
     t0 = time.perf_counter()
@@ -135,6 +141,14 @@ def cmd_sanitize(args) -> int:
     return sanitize.main(spec, args.tools.split(","), args.cases)
 
 
+def cmd_mutate(args) -> int:
+    from . import mutate
+
+    names = [n for n in args.only.split(",") if n] if args.only else None
+    return mutate.main(names=names, device=args.device, profile=args.profile, jobs=args.jobs, build_jobs=args.build_jobs,
+                       with_baseline=not args.no_baseline, report=Path(args.report).resolve() if args.report else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness", description="RMSNorm extension and its correctness gate")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -172,6 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     z.add_argument("--cases", type=int, default=24, help="how many sampled cases")
     z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     z.set_defaults(fn=cmd_sanitize)
+
+    u = sub.add_parser("mutate", help="mutation score: build each planted-bug mutant and run the suite on it")
+    u.add_argument("--profile", default="gate", choices=("gate", "fuzz", "ci", "dev"))
+    u.add_argument("--only", default=None, help="comma-separated mutant names (default: all of this device's)")
+    u.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="device (default: cuda when a GPU is visible); it picks the mutants that break its code")
+    u.add_argument("-j", "--jobs", type=int, default=1, help="mutants judged at once")
+    u.add_argument("-b", "--build-jobs", type=int, default=1, help="mutants built at once (each in its own scratch tree)")
+    u.add_argument("--no-baseline", action="store_true", help="skip the seed card's single-check baseline")
+    u.add_argument("--report", default=None, help="where to write the markdown table (default .build/mutants/runs-DEVICE/score.md)")
+    u.set_defaults(fn=cmd_mutate)
 
     args = p.parse_args(argv)
     try:

@@ -76,8 +76,6 @@ def main(spec: str, tools: list[str], count: int) -> int:
         cmd = [exe, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
         if tool == "memcheck":
             cmd += ["--leak-check", "no"]
-        if tool == "initcheck":
-            cmd += ["--track-unused-memory", "no"]
         cmd += [sys.executable, "-m", "harness", "sanitize", "--inner", "--target", spec, "--cases", str(count)]
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -4,6 +4,7 @@ A target spec is one of
   project              this project's extension (the default)
   PATH[,PATH...]       C++/CUDA sources, or folders of them, built with cpp_extension.load
   module:NAME          an importable module that is already built
+  mutant:NAME          this project's extension with one bug planted (harness/mutants.py)
 It exposes the seed card's contract: forward(x, weight, eps) -> y or (y, inv_rms), and
 optionally backward(grad_out, x, weight, inv_rms) -> (grad_x, grad_weight).
 """
@@ -54,6 +55,13 @@ def parse_spec(spec: str | None) -> str:
         if spec.startswith("module:") and not spec[7:]:
             raise ValueError("target 'module:' names no module; expected module:NAME")
         return spec
+    if spec.startswith("mutant:"):
+        from .mutants import BY_NAME
+
+        if spec[7:] not in BY_NAME:
+            raise ValueError(f"target {spec!r}: no such mutant; expected mutant:NAME with NAME one of "
+                             f"{', '.join(BY_NAME)}")
+        return spec
     paths = [p for p in spec.split(",") if p]
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
@@ -69,6 +77,8 @@ def build_spec_for(spec: str) -> tuple[build.BuildSpec | None, str]:
         return build.project_spec()
     if spec.startswith("module:"):
         return None, f"prebuilt module {spec[7:]}"
+    if spec.startswith("mutant:"):
+        return None, f"mutant {spec[7:]} of this project's extension"
     bspec = build.sources_spec([Path(p) for p in spec.split(",")])
     return bspec, "sources " + ", ".join(Path(s).name for s in bspec.sources)
 
@@ -205,6 +215,13 @@ def load(spec: str, device: str, strict: bool | None = None) -> Target:
         module = importlib.import_module(spec[7:])
         note = f"prebuilt module {spec[7:]}"
         has_ops = False
+    elif spec.startswith("mutant:"):
+        from . import mutants, ops
+
+        module = mutants.load(spec[7:])
+        note = f"mutant {spec[7:]} of this project's extension"
+        ops.adopt(module, note)
+        has_ops = True
     else:
         bspec, note = build_spec_for(spec)
         module = build.build(bspec)
@@ -212,7 +229,7 @@ def load(spec: str, device: str, strict: bool | None = None) -> Target:
     if not callable(getattr(module, "forward", None)):
         raise TypeError(f"target {spec!r}: module {module.__name__} has no callable forward(x, weight, eps)")
     if strict is None:
-        strict = spec == PROJECT
+        strict = spec == PROJECT or spec.startswith("mutant:")  # mutants are held to the project's contract
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device cuda was asked for, but torch sees no GPU here")
     return Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)

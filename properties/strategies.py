@@ -16,6 +16,9 @@ DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
 EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
 SMALL_ELEMENTS = 1 << 16
 MANY_ROWS = 65536  # rows beyond the CUDA grid's y/z limit (65,535)
+# Row counts around the thresholds where kernels change how they cover rows: the grid's y/z
+# limit (2^16 - 1), common caps on the number of blocks (2^20), and past them.
+TALL_ROWS = (65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, (1 << 21) + 3)
 
 
 def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
@@ -34,10 +37,15 @@ def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
 
 @st.composite
 def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4,
-           many_rows: bool = True, max_n: int = 1 << 17) -> tuple[int, ...]:
+           many_rows: bool = True, max_n: int = 1 << 17, tall: bool = False) -> tuple[int, ...]:
     """Shapes [..., N] of rank 1 to max_rank with at least min_rows rows; zero rows, single
     rows and (rarely) more than 65,535 rows included; at most max_elements elements (N is cut
-    to fit). Shrinks towards (1, 1)."""
+    to fit). Shrinks towards (1, 1). tall=True: always 65,535 to about 2^21 rows of N <= 16
+    (max_elements does not apply)."""
+    if tall:
+        rows = draw(st.one_of(st.sampled_from(TALL_ROWS), st.integers(MANY_ROWS, (1 << 21) + 4096)))
+        n = draw(st.one_of(st.sampled_from([1, 8, 16]), st.integers(1, 16)))
+        return (rows, n) if draw(st.booleans()) or rows % 2 else (2, rows // 2, n)
     n = draw(n_sizes(max_n=max_n))
     ranks = [r for r in (2, 1, 3, 4) if r <= max_rank and (r >= 2 or min_rows <= 1)]
     rank = draw(st.sampled_from(ranks))
@@ -94,7 +102,7 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
 
 def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
           max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4, many_rows: bool = True,
-          max_n: int = 1 << 17, weight_patterns=("normal", "ones")) -> st.SearchStrategy[Case]:
+          max_n: int = 1 << 17, weight_patterns=("normal", "ones"), tall: bool = False) -> st.SearchStrategy[Case]:
     """Cases for the laws. eps=None draws typical values, 0, tiny and up to 1; a tuple fixes
     the choices. Layouts a shape cannot take are left out for that shape. Shrinks towards
     Case(shape=(1,)) with float32, contiguous, normal values, eps 1e-6, seed 0."""
@@ -106,7 +114,8 @@ def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns
         raise ValueError(f"cases: expected eps to be None or finite values >= 0, but got {eps!r}")
     if not isinstance(max_elements, int) or max_elements < 1:
         raise ValueError(f"cases: expected max_elements to be an int >= 1, but got {max_elements!r}")
-    shape_kw = dict(max_elements=max_elements, min_rows=min_rows, max_rank=max_rank, many_rows=many_rows, max_n=max_n)
+    shape_kw = dict(max_elements=max_elements, min_rows=min_rows, max_rank=max_rank, many_rows=many_rows, max_n=max_n,
+                    tall=tall)
     return _cases(tuple(dtypes), tuple(layouts), tuple(patterns), None if eps is None else tuple(eps), shape_kw,
                   tuple(grad_layouts), tuple(weight_patterns))
 
@@ -115,6 +124,27 @@ def expensive_cases() -> st.SearchStrategy[Case]:
     """Large tensors: up to 2^24 elements and rows of up to 2^18, drawn a few times a run (their
     own test has a small budget) rather than never. Shrinks like cases()."""
     return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18)
+
+
+def tall_cases() -> st.SearchStrategy[Case]:
+    """Row counts around grid and block-count thresholds (65,535 to about 2^21 rows), short rows."""
+    return cases(tall=True, patterns=("normal", "uniform", "zero_rows"))
+
+
+def huge_cases() -> st.SearchStrategy[Case]:
+    """Tensors just past 2^31 elements (64-bit offsets), contiguous, 16-bit floats: about 4 GiB
+    each. Shrinks towards the smallest N and the fewest rows past the boundary."""
+
+    @st.composite
+    def draw_case(draw):
+        n = draw(st.one_of(st.sampled_from([1, 8, 4096, 4097, 12288, 65537]), st.integers(1, 1 << 17)))
+        extra = draw(st.sampled_from([1, 2, 17, 4096]))  # rows past the 2^31-element boundary
+        rows = (1 << 31) // n + extra
+        dtype = draw(st.sampled_from(("bfloat16", "float16")))
+        return Case(shape=(rows, n), dtype=dtype, weight_dtype=draw(st.sampled_from((dtype, "float32"))),
+                    eps=draw(st.sampled_from((1e-6, 1e-5, 0.1))), seed=draw(st.integers(0, 2**31 - 1)))
+
+    return draw_case()
 
 
 NONCONTIGUOUS = tuple(l for l in LAYOUTS if l != "contiguous")
@@ -140,6 +170,9 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
     table = {
         "forward_matches_reference": lambda: cases(),
         "forward_matches_reference_large": expensive_cases,
+        "forward_matches_reference_tall": tall_cases,
+        "backward_matches_reference_tall": tall_cases,
+        "beyond_2_31_elements": huge_cases,
         "backward_matches_reference_large": expensive_cases,
         "backward_matches_reference": lambda: cases(),
         "gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",),

@@ -1,6 +1,6 @@
 """Laws that need no reference: invariances, determinism, memory hygiene, streams."""
 
-from hypothesis import given
+from hypothesis import given, settings
 
 from harness.session import check
 from properties.strategies import replay_corpus, strategy_for
@@ -52,3 +52,9 @@ def test_nonfinite_propagates(case):
 @given(case=strategy_for("honours_current_stream"))
 def test_honours_current_stream(case):
     check("honours_current_stream", case)
+
+
+@settings(max_examples=2)  # about 4 GiB a tensor: a GPU law
+@given(case=strategy_for("beyond_2_31_elements"))
+def test_beyond_2_31_elements(case):
+    check("beyond_2_31_elements", case)

@@ -1,0 +1,365 @@
+"""Mutants: broken variants of this project's own kernels and binding, each one bug of a class
+that has shipped in real RMSNorm/LayerNorm kernels. ``python -m harness mutate`` builds each one
+as a target and runs the suite on it; a mutant the suite does not catch is a hole in the suite.
+
+A mutant is a list of exact text edits to the project's sources. Every edit's text must occur
+in the current sources exactly as many times as it says (``tests/test_mutants.py`` checks
+that), so the catalogue cannot silently drift from the code it mutates.
+
+Builds: the sources are copied once into a scratch tree under ``.build/mutants/``, built there
+with ``cpp_extension.load`` under one fixed module name, and each mutant is then applied in place
+and rebuilt by the same ninja file, which recompiles only the translation units the edit
+touches (seconds for the .cu file). The built library is kept per mutant, keyed by the
+pristine sources, the edit and the toolchain, so a second run builds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from . import build
+
+MODULE_NAME = "rmsnorm_mutant"
+LANES = ("cpu", "cuda", "both")
+
+
+@dataclass(frozen=True)
+class Edit:
+    file: str  # relative to the project root
+    old: str
+    new: str
+    count: int = 1  # how many times `old` occurs; all of them are replaced
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    lane: str  # the device whose code it breaks: cpu, cuda, or both (shared binding code)
+    bug: str  # the class of bug, in a few words
+    edits: tuple[Edit, ...]
+    echoes: str = ""  # a real report of this class: owner/repo#number
+    killed_by: tuple[str, ...] = field(default=(), compare=False)  # laws expected to catch it (documentation)
+
+    def key(self) -> str:
+        h = hashlib.sha256(self.name.encode())
+        for e in self.edits:
+            h.update(repr((e.file, e.old, e.new, e.count)).encode())
+        return h.hexdigest()[:12]
+
+
+CU = "kernels/rmsnorm_kernel.cu"
+CUDA_BIND = "binding/rmsnorm_cuda.cpp"
+CPU = "kernels/rmsnorm_cpu.h"
+BIND = "binding/rmsnorm.cpp"
+
+_FWD_ROW = "const T* xr = x + row * x_row_stride;\n    T* yr = y + row * n;"
+_FWD_TAIL_OUT = "for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {\n      yr[i] ="
+_FWD_SS_VEC = ("for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {\n"
+               "      const V v = reinterpret_cast<const V*>(xr)[j];\n#pragma unroll\n"
+               "      for (int k = 0; k < kVec; ++k) {\n        const A a")
+_FWD_LOOP = "for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n    const T* xr = x + row * x_row_stride;\n    T* yr"
+
+CATALOGUE: tuple[Mutant, ...] = (
+    # ---- CUDA kernels and the CUDA side of the binding -----------------------------------------
+    Mutant("cuda_vec_tail_unwritten", "cuda", "vector tail skipped when N is not a multiple of the vector width",
+           (Edit(CU, _FWD_TAIL_OUT, _FWD_TAIL_OUT.replace("i < n;", "i < n_vec * kVec;")),),
+           echoes="ROCm/aiter#5044"),
+    Mutant("cuda_misaligned_pointer", "cuda", "a misaligned data pointer assumed 16-byte aligned",
+           (Edit(CU, "return aligned16(p) && (rows <= 1 || row_stride % vec_width<T>() == 0);",
+                 "return rows <= 1 || row_stride % vec_width<T>() == 0;"),),
+           echoes="NVIDIA/TransformerEngine#886"),
+    Mutant("cuda_misaligned_row_stride", "cuda", "rows of a padded layout assumed aligned (only the base pointer checked)",
+           (Edit(CU, "return aligned16(p) && (rows <= 1 || row_stride % vec_width<T>() == 0);",
+                 "return aligned16(p);"),),
+           echoes="vllm-project/vllm#45466"),
+    Mutant("cuda_strides_ignored", "cuda", "the input's row stride ignored (a sliced or padded input read as contiguous)",
+           (Edit(CU, _FWD_ROW, _FWD_ROW.replace("row * x_row_stride", "row * n")),)),
+    Mutant("cuda_int32_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements",
+           (Edit(CU, _FWD_ROW, "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n"
+                               "    T* yr = y + static_cast<int>(row) * static_cast<int>(n);"),),
+           echoes="pytorch/pytorch#181555"),
+    Mutant("cuda_grid_limit_rows", "cuda", "rows beyond a 65,535-block grid left unwritten (no grid-stride loop)",
+           (Edit(CU, "constexpr int64_t kMaxBlocks = int64_t(1) << 20;", "constexpr int64_t kMaxBlocks = 65535;"),
+            Edit(CU, _FWD_LOOP, _FWD_LOOP.replace("row += gridDim.x", "row += rows"))),
+           echoes="NVIDIA/apex#411"),
+    Mutant("cuda_eps_outside_sqrt", "cuda", "eps added outside the square root",
+           (Edit(CU, "const A inv = rsqrt_acc(ss / static_cast<A>(n) + eps);",
+                 "const A inv = A(1) / (sqrt(ss / static_cast<A>(n)) + eps);"),)),
+    Mutant("cuda_eps_dropped", "cuda", "eps left out of the statistics",
+           (Edit(CU, "const A inv = rsqrt_acc(ss / static_cast<A>(n) + eps);",
+                 "const A inv = rsqrt_acc(ss / static_cast<A>(n));"),)),
+    Mutant("cuda_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16",
+           (Edit(CU, "ss += a * a;", "ss = to_acc(from_acc<T>(ss + a * a));", count=2),),
+           echoes="nntrainer/nntrainer#3935"),
+    Mutant("cuda_square_in_half", "cuda", "x*x computed in fp16/bf16 (overflows past 256 in fp16)",
+           (Edit(CU, "ss += a * a;", "ss += to_acc(from_acc<T>(a * a));", count=2),),
+           echoes="pytorch/pytorch#133085"),
+    Mutant("cuda_weight_index", "cuda", "the weight indexed by the vector, not the element (invisible with unit weights)",
+           (Edit(CU, "out.v[k] = from_acc<T>(to_acc(v.v[k]) * inv * static_cast<A>(to_acc(weight[j * kVec + k])));",
+                 "out.v[k] = from_acc<T>(to_acc(v.v[k]) * inv * static_cast<A>(to_acc(weight[j + k])));"),)),
+    Mutant("cuda_large_n_one_pass", "cuda", "a bug on the large-N path: one pass over the row assumed (N > threads x vector)",
+           (Edit(CU, _FWD_SS_VEC, _FWD_SS_VEC.replace("j += blockDim.x", "j += n_vec")),)),
+    Mutant("cuda_reduce_barrier_missing", "cuda", "a missing __syncthreads() before the block total is read",
+           (Edit(CU, "  }\n  __syncthreads();\n  const A total = shared[0];", "  }\n  const A total = shared[0];"),),
+           echoes="NVIDIA/apex#1184"),
+    Mutant("cuda_fwd_tail_past_row", "cuda", "an off-by-one write past the end of each row (out of bounds on the last)",
+           (Edit(CU, _FWD_TAIL_OUT, _FWD_TAIL_OUT.replace("i < n;", "i <= n;")),),
+           echoes="ROCm/aiter#5290"),
+    Mutant("cuda_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term",
+           (Edit(CU, "out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));", "out.v[k] = from_acc<T>(inv * g);"),
+            Edit(CU, "dxr[i] = from_acc<T>(inv * (g - to_acc(xr[i]) * c));", "dxr[i] = from_acc<T>(inv * g);"))),
+    Mutant("cuda_bwd_inv_of_block", "cuda", "backward reads the inv_rms of the block, not of the row (wrong past the grid)",
+           (Edit(CU, "const A inv = inv_rms[row];", "const A inv = inv_rms[blockIdx.x];"),)),
+    Mutant("cuda_dw_chunk_local_row", "cuda", "grad_weight reads inv_rms with a chunk-local row index",
+           (Edit(CU, "(to_acc(x[r * x_row_stride + col]) * inv_rms[r]);",
+                 "(to_acc(x[r * x_row_stride + col]) * inv_rms[r - r_begin]);"),)),
+    Mutant("cuda_dw_partials_not_zeroed", "cuda", "grad_weight partial sums added to uninitialised scratch",
+           (Edit(CU, "partial[chunk * n + col] = acc;", "partial[chunk * n + col] += acc;"),)),
+    Mutant("cuda_dw_float_atomics", "cuda", "grad_weight summed with float atomics (not deterministic)",
+           (Edit(CU, "partial[chunk * n + col] = acc;", "atomicAdd(&partial[col], acc);"),
+            Edit(CU, "  if (chunks > 0) {\n    rmsnorm_bwd_dw_partial_kernel",
+                 "  if (chunks > 0) cudaMemsetAsync(workspace, 0, n * sizeof(AccT<T>), stream);\n"
+                 "  if (chunks > 0) {\n    rmsnorm_bwd_dw_partial_kernel"),
+            Edit(CU, "(workspace, dw,\n                                                                            chunks, n);",
+                 "(workspace, dw,\n                                                                            chunks > 0 ? 1 : 0, n);")),
+           echoes="karpathy/llm.c#445"),
+    Mutant("cuda_dw_rows_unclamped", "cuda", "the last grad_weight chunk reads rows past the end (out of bounds)",
+           (Edit(CU, "const int64_t r_end = r_begin + rows_per_chunk < rows ? r_begin + rows_per_chunk : rows;",
+                 "const int64_t r_end = r_begin + rows_per_chunk;"),)),
+    Mutant("cuda_dw_accumulate_in_weight_dtype", "cuda", "grad_weight partials summed in the weight's fp16/bf16",
+           (Edit(CU, "  A acc = 0;\n  for (int64_t k = 0; k < chunks; ++k) acc += partial[k * n + col];",
+                 "  W acc = from_acc<W>(A(0));\n"
+                 "  for (int64_t k = 0; k < chunks; ++k) acc = from_acc<W>(static_cast<A>(to_acc(acc)) + partial[k * n + col]);"),)),
+    Mutant("cuda_default_stream", "cuda", "kernels launched on the default stream instead of the current one",
+           (Edit(CUDA_BIND, "const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();",
+                 "const cudaStream_t stream = nullptr;", count=2),),
+           echoes="pytorch/pytorch#22470"),
+    Mutant("cuda_grad_x_into_grad_out", "cuda", "backward writes grad_x into grad_out",
+           (Edit(CUDA_BIND, "cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dx), cuda_ptr<W>(dw),",
+                 "cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dyr.owner), cuda_ptr<W>(dw),"),)),
+    Mutant("cuda_zero_rows_empty_grid", "cuda", "zero rows launched as an empty grid",
+           (Edit(CUDA_BIND, "  if (xr.rows == 0) return {y, inv};\n", ""),
+            Edit(CU, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
+    # ---- CPU kernels and the CPU side of the binding -------------------------------------------
+    Mutant("cpu_tail_skipped", "cpu", "the partial tile skipped when N is not a multiple of 8",
+           (Edit(CPU, "  for (; i < n; ++i) {  // partial tile: n not a multiple of 8\n"
+                      "    const A a = static_cast<A>(xr[i]);\n    part[i % 8] += a * a;\n  }\n", ""),)),
+    Mutant("cpu_eps_outside_sqrt", "cpu", "eps added outside the square root",
+           (Edit(CPU, "const A inv = A(1) / std::sqrt(ss / static_cast<A>(n) + eps);",
+                 "const A inv = A(1) / (std::sqrt(ss / static_cast<A>(n)) + eps);"),)),
+    Mutant("cpu_square_in_half", "cpu", "x*x computed in fp16/bf16 (overflows past 256 in fp16)",
+           (Edit(CPU, "part[k] += a * a;", "part[k] += static_cast<A>(static_cast<T>(a * a));"),
+            Edit(CPU, "part[i % 8] += a * a;", "part[i % 8] += static_cast<A>(static_cast<T>(a * a));")),
+           echoes="pytorch/pytorch#133085"),
+    Mutant("cpu_accumulate_in_half", "cpu", "sum of squares accumulated in fp16/bf16",
+           (Edit(CPU, "part[k] += a * a;", "part[k] = static_cast<A>(static_cast<T>(part[k] + a * a));"),
+            Edit(CPU, "part[i % 8] += a * a;", "part[i % 8] = static_cast<A>(static_cast<T>(part[i % 8] + a * a));")),
+           echoes="pytorch/pytorch#189581"),
+    Mutant("cpu_weight_index", "cpu", "the weight indexed within the tile (invisible with unit weights)",
+           (Edit(CPU, "yr[i] = static_cast<T>(static_cast<A>(xr[i]) * inv * static_cast<A>(weight[i]));",
+                 "yr[i] = static_cast<T>(static_cast<A>(xr[i]) * inv * static_cast<A>(weight[i % 8]));"),)),
+    Mutant("cpu_bwd_missing_term", "cpu", "backward missing the -x * inv^2 * mean(g * x) term",
+           (Edit(CPU, "dxr[i] = static_cast<T>(inv * (g - static_cast<A>(xr[i]) * c));",
+                 "dxr[i] = static_cast<T>(inv * g);"),)),
+    Mutant("cpu_dw_chunk_local_row", "cpu", "grad_weight reads inv_rms with a chunk-local row index",
+           (Edit(CPU, "const A inv = inv_rms[r];\n      for (int64_t i = 0; i < n; ++i) {\n        pk[i] +=",
+                 "const A inv = inv_rms[r - k * per];\n      for (int64_t i = 0; i < n; ++i) {\n        pk[i] +="),)),
+    Mutant("cpu_dw_partials_not_zeroed", "cpu", "grad_weight partial sums added to uninitialised scratch",
+           (Edit(CPU, "    for (int64_t i = 0; i < n; ++i) pk[i] = A(0);\n", ""),)),
+    Mutant("cpu_strides_ignored", "cpu", "the input's row stride ignored (a sliced or padded input read as contiguous)",
+           (Edit(BIND, "cpu::rmsnorm_fwd_rows<T, W>(xp, xr.row_stride, wp,", "cpu::rmsnorm_fwd_rows<T, W>(xp, xr.n, wp,"),)),
+    Mutant("cpu_grad_x_into_x", "cpu", "backward writes grad_x into x",
+           (Edit(BIND, "dx.data_ptr<T>(), b, e, n);", "const_cast<T*>(xp), b, e, n);"),)),
+    Mutant("cpu_zero_rows_dw_unwritten", "cpu", "zero rows: grad_weight left unwritten",
+           (Edit(BIND, "  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial",
+                 "  if (rows == 0) return {dx, dw};\n  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial"),)),
+    # ---- shared binding code: argument checks and layouts (both devices) -----------------------
+    Mutant("weight_shape_unchecked", "both", "the weight's length not checked against N",
+           (Edit(BIND, "TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),",
+                 "TORCH_CHECK_VALUE(weight.dim() == 1,"),)),
+    Mutant("eps_unchecked", "both", "negative and infinite eps accepted",
+           (Edit(BIND, "TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0.0,", "TORCH_CHECK_VALUE(!std::isnan(eps),"),)),
+    Mutant("grad_out_shape_unchecked", "both", "grad_out's shape checked by rank only",
+           (Edit(BIND, "TORCH_CHECK_VALUE(grad_out.sizes() == x.sizes(),", "TORCH_CHECK_VALUE(grad_out.dim() == x.dim(),"),)),
+    Mutant("last_dim_stride_ignored", "both", "a transposed input read as if its last dimension had unit stride",
+           (Edit(BIND, "if (t.size(-1) == 1 || t.stride(-1) == 1) {", "if (true) {"),)),
+    Mutant("leading_dims_collapse_unchecked", "both", "leading dimensions assumed to collapse into one row stride",
+           (Edit(BIND, "      } else if (t.stride(i) != inner_stride * inner_size) {\n        collapses = false;\n",
+                 "      } else if (t.stride(i) != inner_stride * inner_size) {\n"),),
+           echoes="pytorch/pytorch#149301"),
+)
+
+BY_NAME = {m.name: m for m in CATALOGUE}
+
+
+def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> list[Mutant]:
+    """Mutants by name (all when None), restricted to the given lanes."""
+    if names:
+        unknown = [n for n in names if n not in BY_NAME]
+        if unknown:
+            raise ValueError(f"unknown mutant(s) {unknown}; expected names from: {', '.join(BY_NAME)}")
+        chosen = [BY_NAME[n] for n in names]
+    else:
+        chosen = list(CATALOGUE)
+    return [m for m in chosen if m.lane in lanes]
+
+
+def lanes_for(device: str) -> tuple[str, ...]:
+    """The mutants a device can kill: its own kernels and the shared binding code."""
+    return ("cuda", "both") if device == "cuda" else ("cpu", "both")
+
+
+def check_catalogue(root: Path = build.ROOT) -> list[str]:
+    """Problems with the catalogue against the current sources (empty when it is sound)."""
+    problems = []
+    if len(BY_NAME) != len(CATALOGUE):
+        problems.append("mutant names are not unique")
+    for m in CATALOGUE:
+        if m.lane not in LANES:
+            problems.append(f"{m.name}: lane {m.lane!r} is not one of {LANES}")
+        for e in m.edits:
+            text = (root / e.file).read_text()
+            found = text.count(e.old)
+            if found != e.count:
+                problems.append(f"{m.name}: expected {e.count} occurrence(s) of its edit in {e.file}, found {found}: "
+                                f"{e.old[:70]!r}")
+            if e.old == e.new:
+                problems.append(f"{m.name}: an edit in {e.file} changes nothing")
+    return problems
+
+
+def apply(m: Mutant, files: dict[str, str]) -> dict[str, str]:
+    """The mutated text of every file the mutant touches (files: relative path -> pristine text)."""
+    out: dict[str, str] = {}
+    for e in m.edits:
+        text = out.get(e.file, files[e.file])
+        found = text.count(e.old)
+        if found != e.count:
+            raise ValueError(f"mutant {m.name}: expected {e.count} occurrence(s) of its edit in {e.file}, "
+                             f"but found {found}; the catalogue no longer matches the sources")
+        out[e.file] = text.replace(e.old, e.new)
+    return out
+
+
+# -- building ------------------------------------------------------------------------------------
+
+def _pristine_files() -> dict[str, str]:
+    with_cuda, _ = build.cuda_build_possible()
+    srcs = build.project_sources(with_cuda)
+    files = {}
+    for f in build.local_files(srcs):
+        files[str(f.relative_to(build.ROOT))] = f.read_text()
+    return files
+
+
+def _base_key(files: dict[str, str], with_cuda: bool) -> str:
+    import torch
+
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode())
+        h.update(files[rel].encode())
+    h.update(repr((with_cuda, build.cuda_arch_list() if with_cuda else "", torch.__version__,
+                   str(torch.version.cuda), sys.version)).encode())
+    return h.hexdigest()[:16]
+
+
+def _home() -> Path:
+    return build.build_root() / "mutants"
+
+
+def library_path(m: Mutant) -> Path:
+    """Where the built library of a mutant lives (it may not exist yet)."""
+    with_cuda, _ = build.cuda_build_possible()
+    base = _base_key(_pristine_files(), with_cuda)
+    return _home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+_LOAD_SNIPPET = r"""
+import os, sys
+from torch.utils import cpp_extension
+srcs, build_dir, with_cuda, lineinfo = sys.argv[1].split(","), sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
+cuda_flags = ["-O3"] + (["-lineinfo"] if lineinfo else [])
+cpp_extension.load(name=%r, sources=srcs, build_directory=build_dir, with_cuda=with_cuda,
+                   extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags, verbose=False)
+""" % MODULE_NAME
+
+
+def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
+    """Build (or find) the mutant's library; returns (path, seconds spent building). Builds in
+    different slots use different scratch trees, so they can run at the same time."""
+    say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    with_cuda, _ = build.cuda_build_possible()
+    files = _pristine_files()
+    base = _base_key(files, with_cuda)
+    out = _home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
+    if out.exists():
+        return out, 0.0
+    tree = _home() / f"tree-{base}-{slot}"
+    build_dir = _home() / f"build-{base}-{slot}"
+    t0 = time.perf_counter()
+    with _locked(_home() / f"lock-{base}-{slot}"):
+        if out.exists():
+            return out, 0.0
+        mutated = apply(m, files)
+        for rel, text in files.items():
+            _write_if_changed(tree / rel, mutated.get(rel, text))
+        build_dir.mkdir(parents=True, exist_ok=True)
+        build.prepare_jit_env()
+        env = dict(os.environ)
+        if with_cuda:
+            env["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list()
+        srcs = [str(tree / p.relative_to(build.ROOT)) for p in build.project_sources(with_cuda)]
+        # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
+        p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),
+                            "1" if with_cuda else "0", "1"], env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"mutant {m.name} did not build:\n{(p.stdout + p.stderr)[-4000:]}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".so.tmp")
+        shutil.copyfile(build_dir / f"{MODULE_NAME}.so", tmp)
+        os.replace(tmp, out)
+    dt = time.perf_counter() - t0
+    say(f"rmsnorm: built mutant {m.name} in {dt:.1f} s")
+    return out, dt
+
+
+def load(name: str) -> ModuleType:
+    """Build if needed and import a mutant's library (it registers torch.ops.rmsnorm)."""
+    m = BY_NAME.get(name)
+    if m is None:
+        raise ValueError(f"unknown mutant {name!r}; expected one of: {', '.join(BY_NAME)}")
+    path, _ = build_mutant(m)
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[MODULE_NAME] = module
+    return module
