@@ -57,6 +57,18 @@ def pytest_report_header(config):
     return [f"rmsnorm: lane {_state.lane()} (device {dev}{gpu}); target {spec}; torch {torch.__version__}"]
 
 
+# Files in the order a failure is easiest to read: forward before backward before the rest.
+_MODULE_ORDER = ("test_forward", "test_backward", "test_errors", "test_laws", "test_ops")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        stem = Path(str(item.fspath)).stem
+        return _MODULE_ORDER.index(stem) if stem in _MODULE_ORDER else len(_MODULE_ORDER)
+
+    items.sort(key=rank)  # stable: tests keep their order within a file
+
+
 def pytest_sessionstart(session: pytest.Session):
     config = session.config
     if _is_xdist_worker(config) or config.option.collectonly:

@@ -97,15 +97,17 @@ class Runner:
         self.restarts = 0
         self._proc = None
         self._conn = None
+        self._spare = None
 
-    def start(self) -> dict:
+    def _spawn(self):
+        """Start a worker process; it loads the target on its own. Returns (process, connection)."""
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         old = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         try:
-            self._proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict), daemon=True)
-            self._proc.start()
+            proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict), daemon=True)
+            proc.start()
         finally:
             for k, v in old.items():
                 if v is None:
@@ -113,7 +115,18 @@ class Runner:
                 else:
                     os.environ[k] = v
         child.close()
-        self._conn = parent
+        return proc, parent
+
+    def start(self) -> dict:
+        if self._spare is not None:
+            # A crash or hang happened before: a spare worker has been loading meanwhile.
+            self._proc, self._conn = self._spare
+            self._spare = None
+        else:
+            self._proc, self._conn = self._spawn()
+        parent = self._conn
+        if self.restarts:
+            self._spare = self._spawn()  # ready for the next crash: shrinking a crash restarts often
         if not parent.poll(LOAD_TIMEOUT_S):
             self.stop()
             raise HarnessError(f"target {self.spec!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
@@ -129,6 +142,12 @@ class Runner:
         return msg
 
     def stop(self) -> None:
+        if self._spare is not None:
+            proc, conn = self._spare
+            self._spare = None
+            proc.kill()
+            proc.join()
+            conn.close()
         if self._conn is not None:
             try:
                 self._conn.send(None)
