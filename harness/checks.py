@@ -526,11 +526,16 @@ def honours_current_stream(target: Target, case: Case):
     t = materialize(case, target.device)
     side = torch.cuda.Stream(device=target.device)
     torch.cuda.synchronize(target.device)
+    # x is rebuilt storage and all, so every layout (broadcast rows, gaps between rows) survives.
+    src = t.x
+    n_store = src.untyped_storage().nbytes() // src.element_size()
+    flat = torch.empty(0, dtype=src.dtype, device=src.device).set_(src.untyped_storage(), 0, (n_store,), (1,))
     with torch.cuda.stream(side):
-        x = torch.empty_strided(t.x.shape, t.x.stride(), dtype=t.x.dtype, device=target.device)
-        x.fill_(float("nan"))
+        buf = torch.empty(n_store, dtype=src.dtype, device=target.device)
+        buf.fill_(float("nan"))
         torch.cuda._sleep(20_000_000)  # keep the side stream busy before x gets its values
-        x.copy_(t.x)
+        buf.copy_(flat)
+        x = buf.as_strided(src.shape, src.stride(), src.storage_offset())
         out = target.module.forward(x, t.weight, case.eps)
     side.synchronize()
     target.sync()
