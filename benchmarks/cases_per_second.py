@@ -58,9 +58,9 @@ def main() -> int:
     device = args.device or default_device()
     r = Runner("project", device)
     r.start()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/*.txt"], capture_output=True,
+    commit = os.environ.get("COMMIT") or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                                        capture_output=True, text=True).stdout.strip()
+    if not os.environ.get("COMMIT") and subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/*.txt"], capture_output=True,
                       text=True).stdout.strip():
         commit += "+dirty"
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"

@@ -37,11 +37,13 @@ def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
 
 @st.composite
 def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4,
-           many_rows: bool = True, max_n: int = 1 << 17, tall: bool = False) -> tuple[int, ...]:
+           many_rows: bool = True, max_n: int = 1 << 17, tall: bool = False,
+           rare: bool | None = None, zero: bool | None = None) -> tuple[int, ...]:
     """Shapes [..., N] of rank 1 to max_rank with at least min_rows rows; zero rows, single
     rows and (rarely) more than 65,535 rows included; at most max_elements elements (N is cut
     to fit). Shrinks towards (1, 1). tall=True: always 65,535 to about 2^21 rows of N <= 16
-    (max_elements does not apply)."""
+    (max_elements does not apply). rare: whether to draw the rare many-rows shape (default: a
+    1-in-25 draw of its own); zero: whether a leading dim is 0 (default: a 1-in-20 draw)."""
     if tall:
         rows = draw(st.one_of(st.sampled_from(TALL_ROWS), st.integers(MANY_ROWS, (1 << 21) + 4096)))
         n = draw(st.one_of(st.sampled_from([1, 8, 16]), st.integers(1, 16)))
@@ -53,9 +55,11 @@ def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_r
         return (min(n, max_elements),)
     dim = st.one_of(st.integers(1, 9), st.integers(10, 300))
     lead = [draw(dim) for _ in range(rank - 1)]
-    if min_rows == 0 and draw(st.integers(0, 19)) == 0:
+    if min_rows == 0 and (zero if zero is not None else draw(st.integers(0, 19)) == 0):
         lead[draw(st.integers(0, rank - 2))] = 0
-    if many_rows and draw(st.integers(0, 24)) == 7:  # rare, and not a value Hypothesis favours
+    if rare is None:
+        rare = draw(st.integers(0, 24)) == 7
+    if many_rows and rare:
         lead[0] = draw(st.integers(MANY_ROWS, MANY_ROWS + 4500))
         lead[1:] = [1] * (rank - 2)
         return tuple(lead) + (min(n, 8),)  # cheap however many rows: N <= 8
@@ -78,7 +82,12 @@ def _check_choice(name, values, allowed):
 
 @st.composite
 def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_patterns) -> Case:
-    shape = draw(shapes(**shape_kw))
+    # Rare choices come from the seed, not from choices of their own: Hypothesis copies a small
+    # choice from one example into the next, so a 1-in-25 draw of its own came out in 9 of 40
+    # derandomized cases, and unit weights (which hide a wrongly indexed weight) in 23 of 40,
+    # every one of the rows longer than 8 among them.
+    seed = draw(st.integers(0, 2**31 - 1))
+    shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3))
     dtype = draw(st.sampled_from(dtypes))
     wdt = draw(st.sampled_from(("same", "float32")))
     okl = [l for l in layouts if layout_possible(l, shape)]
@@ -95,8 +104,9 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         layout=layout,
         grad_layout=grad_layout,
         pattern=draw(st.sampled_from(patterns)),
-        weight_pattern=draw(st.sampled_from(weight_patterns)),
-        seed=draw(st.integers(0, 2**31 - 1)),
+        weight_pattern=weight_patterns[0] if len(weight_patterns) == 1 else
+        ("ones" if "ones" in weight_patterns and seed % 8 == 7 else next(w for w in weight_patterns if w != "ones")),
+        seed=seed,
     )
 
 
