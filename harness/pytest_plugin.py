@@ -63,8 +63,10 @@ _MODULE_ORDER = ("test_forward", "test_backward", "test_errors", "test_laws", "t
 
 def pytest_collection_modifyitems(session, config, items):
     def rank(item):
-        stem = Path(str(item.fspath)).stem
-        return _MODULE_ORDER.index(stem) if stem in _MODULE_ORDER else len(_MODULE_ORDER)
+        path = Path(str(item.fspath))
+        if path.parent.name != "properties" or path.stem not in _MODULE_ORDER:
+            return len(_MODULE_ORDER)
+        return _MODULE_ORDER.index(path.stem)
 
     items.sort(key=rank)  # stable: tests keep their order within a file
 
