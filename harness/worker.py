@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("RMSNORM_CASE_TIMEOUT", "120"))
 LOAD_TIMEOUT_S = float(os.environ.get("RMSNORM_LOAD_TIMEOUT", "1800"))
+# Workers kept loading in the background once a target has crashed: shrinking a crash restarts
+# the worker at every step, faster than one worker can load.
+SPARE_WORKERS = int(os.environ.get("RMSNORM_SPARE_WORKERS", "1"))
 
 
 def _child(conn, spec: str, device: str, strict: bool | None) -> None:
@@ -97,7 +100,7 @@ class Runner:
         self.restarts = 0
         self._proc = None
         self._conn = None
-        self._spare = None
+        self._spares: list = []
 
     def _spawn(self):
         """Start a worker process; it loads the target on its own. Returns (process, connection)."""
@@ -118,15 +121,15 @@ class Runner:
         return proc, parent
 
     def start(self) -> dict:
-        if self._spare is not None:
-            # A crash or hang happened before: a spare worker has been loading meanwhile.
-            self._proc, self._conn = self._spare
-            self._spare = None
+        if self._spares:
+            # A crash or hang happened before: spare workers have been loading meanwhile.
+            self._proc, self._conn = self._spares.pop(0)
         else:
             self._proc, self._conn = self._spawn()
         parent = self._conn
         if self.restarts:
-            self._spare = self._spawn()  # ready for the next crash: shrinking a crash restarts often
+            while len(self._spares) < SPARE_WORKERS:
+                self._spares.append(self._spawn())
         if not parent.poll(LOAD_TIMEOUT_S):
             self.stop()
             raise HarnessError(f"target {self.spec!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
@@ -142,9 +145,8 @@ class Runner:
         return msg
 
     def stop(self) -> None:
-        if self._spare is not None:
-            proc, conn = self._spare
-            self._spare = None
+        while self._spares:
+            proc, conn = self._spares.pop()
             proc.kill()
             proc.join()
             conn.close()
