@@ -275,15 +275,9 @@ def _base_key(files: dict[str, str], with_cuda: bool) -> str:
     return h.hexdigest()[:16]
 
 
-def _home() -> Path:
+def home() -> Path:
+    """Where mutant builds and mutate runs live."""
     return build.build_root() / "mutants"
-
-
-def library_path(m: Mutant) -> Path:
-    """Where the built library of a mutant lives (it may not exist yet)."""
-    with_cuda, _ = build.cuda_build_possible()
-    base = _base_key(_pristine_files(), with_cuda)
-    return _home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
 
 
 @contextlib.contextmanager
@@ -306,8 +300,7 @@ def _write_if_changed(path: Path, text: str) -> None:
 _LOAD_SNIPPET = r"""
 import os, sys
 from torch.utils import cpp_extension
-srcs, build_dir, with_cuda, lineinfo = sys.argv[1].split(","), sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
-cuda_flags = ["-O3"] + (["-lineinfo"] if lineinfo else [])
+srcs, build_dir, with_cuda, cuda_flags = sys.argv[1].split(","), sys.argv[2], sys.argv[3] == "1", sys.argv[4].split()
 cpp_extension.load(name=%r, sources=srcs, build_directory=build_dir, with_cuda=with_cuda,
                    extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags, verbose=False)
 """ % MODULE_NAME
@@ -320,13 +313,13 @@ def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
     with_cuda, _ = build.cuda_build_possible()
     files = _pristine_files()
     base = _base_key(files, with_cuda)
-    out = _home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
+    out = home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
     if out.exists():
         return out, 0.0
-    tree = _home() / f"tree-{base}-{slot}"
-    build_dir = _home() / f"build-{base}-{slot}"
+    tree = home() / f"tree-{base}-{slot}"
+    build_dir = home() / f"build-{base}-{slot}"
     t0 = time.perf_counter()
-    with _locked(_home() / f"lock-{base}-{slot}"):
+    with _locked(home() / f"lock-{base}-{slot}"):
         if out.exists():
             return out, 0.0
         mutated = apply(m, files)
@@ -340,7 +333,8 @@ def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
         srcs = [str(tree / p.relative_to(build.ROOT)) for p in build.project_sources(with_cuda)]
         # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
         p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),
-                            "1" if with_cuda else "0", "1"], env=env, capture_output=True, text=True)
+                            "1" if with_cuda else "0", " ".join(build._cuda_flags(True))],
+                           env=env, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"mutant {m.name} did not build:\n{(p.stdout + p.stderr)[-4000:]}")
         out.parent.mkdir(parents=True, exist_ok=True)

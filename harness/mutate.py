@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,11 +101,8 @@ def _shrunk_case(corpus_dir: Path) -> tuple[str, str]:
 def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Result:
     """Run the suite on one (built) mutant, stopping at its first failing law."""
     work = out_dir / m.name
-    if work.exists():
-        for p in work.rglob("*"):
-            if p.is_file():
-                p.unlink()
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     junit = work / "junit.xml"
     env = dict(os.environ, RMSNORM_TALLY_DIR=tempfile.mkdtemp(prefix="rmsnorm-tally-"), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "properties"), "-x", "-q", "-p", "no:cacheprovider",
@@ -179,7 +177,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     problems = mutants.check_catalogue()
     if problems:
         raise ValueError("the mutant catalogue does not match the sources:\n  " + "\n  ".join(problems))
-    out_dir = mutants._home() / f"runs-{device}"
+    out_dir = mutants.home() / f"runs-{device}"
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "results.jsonl"
     log_path.write_text("")
