@@ -1,7 +1,7 @@
 """Benchmark of the suite itself: cases per second for each law through the worker, and the
 gate's wall time, on this machine's lane. A script, not a test; its output is committed beside it.
 
-  python benchmarks/cases_per_second.py [--cases 30] [--device cpu|cuda] [--no-gate]
+  python benchmarks/cases_per_second.py [--cases 30] [--device cpu|cuda] [--no-gate] [--gate-log FILE]
 
 Cases come from each law's own strategy (derandomized, so every run times the same cases).
 The first call of each law is left out of the timing (warm-up).
@@ -48,6 +48,7 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=30)
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--no-gate", action="store_true", help="skip timing the whole gate")
+    ap.add_argument("--gate-log", type=Path, help="write the gate's own output (its summary table) here")
     args = ap.parse_args()
     import torch
 
@@ -89,6 +90,10 @@ def main() -> int:
                            capture_output=True, text=True)
         print(f"gate wall time: {time.perf_counter() - t0:.1f} s (exit code {p.returncode}, profile gate, "
               f"cached build)")
+        verdict = [l for l in p.stdout.splitlines() if l.startswith("rmsnorm gate")]
+        print(verdict[-1] if verdict else f"the gate printed no verdict; its last lines:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        if args.gate_log:
+            args.gate_log.write_text(p.stdout + p.stderr)
     return 0
 
 

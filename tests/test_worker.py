@@ -56,3 +56,46 @@ def test_the_suite_never_alarms_on_correct_peers(tmp_path):
         code, out = pytest_run("properties", "--target", target, "--corpus", str(tmp_path), "--hypothesis-profile=ci")
         assert code == 0, out
         assert not list(tmp_path.glob("*.json")), out
+
+
+_TURN = r"""
+import sys, time, torch
+import harness.checks as c
+torch.cuda.synchronize = lambda device=None: None  # no GPU here: only the turn is under test
+torch.cuda.empty_cache = lambda: None
+c._TURN_WAIT_S = float(sys.argv[2])
+try:
+    with c._gpu_memory_turn(torch.device("cuda", 7)):
+        open(sys.argv[1] + ".in", "w").close()
+        time.sleep(float(sys.argv[3]))
+    print("turn")
+except c.NotApplicable as e:
+    print("not applicable:", e)
+"""
+
+
+def test_big_cases_take_turns_on_a_gpu(tmp_path):
+    """Two processes never hold a GPU's big-case turn at once; one that waits too long is told why."""
+    import subprocess
+    import sys
+    import time
+
+    from harness.build import ROOT
+
+    def start(name, wait_s, hold_s):
+        return subprocess.Popen([sys.executable, "-c", _TURN, str(tmp_path / name), str(wait_s), str(hold_s)],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+    holder = start("a", 30, 10)  # long enough for b to import torch and give up
+    deadline = time.time() + 60
+    while not (tmp_path / "a.in").exists():
+        assert time.time() < deadline and holder.poll() is None, "the first process never took its turn"
+        time.sleep(0.05)
+    impatient = start("b", 0.5, 0)
+    patient = start("c", 30, 0)
+    assert impatient.communicate(timeout=60)[0].startswith("not applicable: another process held"), "b"
+    assert not (tmp_path / "b.in").exists()
+    assert patient.communicate(timeout=60)[0].strip() == "turn"
+    assert holder.communicate(timeout=60)[0].strip() == "turn"
+    # c got in only after a let go.
+    assert (tmp_path / "c.in").stat().st_mtime >= (tmp_path / "a.in").stat().st_mtime + 9.5
