@@ -52,6 +52,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
+    from harness import cli
     from harness.checks import LAWS
     from harness.target import default_device
     from harness.worker import Runner, lane_of
@@ -59,11 +60,7 @@ def main() -> int:
     device = args.device or default_device()
     r = Runner("project", device)
     r.start()
-    commit = os.environ.get("COMMIT") or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                                        capture_output=True, text=True).stdout.strip()
-    if not os.environ.get("COMMIT") and subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/*.txt"], capture_output=True,
-                      text=True).stdout.strip():
-        commit += "+dirty"
+    commit = cli.commit(ignore=("benchmarks/*.txt",))  # its own output does not make the tree dirty
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"
     print(f"# suite speed, lane {lane_of(device)} ({gpu}), torch {torch.__version__}, commit {commit}, "
           f"python {platform.python_version()}")

@@ -8,6 +8,7 @@ rebuilds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -18,11 +19,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, each process on its own
+    fcntl = None
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_LIST = ROOT / "sources.txt"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 DEFAULT_ARCH = "9.0"  # the H200 this project targets, used when there is no GPU to ask
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, wait_s: float | None = None):
+    """Hold an exclusive lock on `path` across processes (the system releases it if its holder
+    dies). wait_s: give up after that many seconds with TimeoutError (None: wait as long as it takes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        if fcntl is not None:
+            t0 = time.monotonic()
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait_s is None else fcntl.LOCK_NB))
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - t0 > wait_s:
+                        raise TimeoutError(f"{path} was held by another process for over {wait_s:g} s") from None
+                    time.sleep(0.05)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def find_cuda_home() -> str | None:

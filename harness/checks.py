@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import tempfile
-import time
+from pathlib import Path
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from . import tolerance as tol
+from . import build, tolerance as tol
 from .cases import Case, materialize
 from .ops import make_function
 from .reference import backward_ref, forward_ref
 from .target import LawFailure, NotApplicable, Rejected, Target
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: no lock, each process on its own
-    fcntl = None
 
 LAWS: dict[str, "Law"] = {}
 
@@ -490,18 +484,13 @@ def _gpu_memory_turn(dev: torch.device):
     at once could find the memory taken and be skipped, or fail to allocate. The memory is handed
     back to the driver before the next process takes its turn."""
     index = torch.cuda.current_device() if dev.index is None else dev.index
-    with open(os.path.join(tempfile.gettempdir(), f"rmsnorm-gpu{index}.lock"), "a") as fh:
-        if fcntl is not None:  # released by the system too if its holder dies
-            waited = time.monotonic()
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() - waited > _TURN_WAIT_S:  # well inside the worker's hang limit
-                        raise NotApplicable(f"another process held this GPU's turn for big cases over "
-                                            f"{_TURN_WAIT_S:.0f} s") from None
-                    time.sleep(0.05)
+    with contextlib.ExitStack() as stack:
+        try:  # waiting stays well inside the worker's hang limit
+            stack.enter_context(build.file_lock(Path(tempfile.gettempdir()) / f"rmsnorm-gpu{index}.lock",
+                                                wait_s=_TURN_WAIT_S))
+        except TimeoutError:
+            raise NotApplicable(f"another process held this GPU's turn for big cases over "
+                                f"{_TURN_WAIT_S:.0f} s") from None
         try:
             yield
         finally:
@@ -510,8 +499,6 @@ def _gpu_memory_turn(dev: torch.device):
                 torch.cuda.empty_cache()
             except RuntimeError:
                 pass  # a CUDA error the target left behind: the law's own exception says what it was
-            if fcntl is not None:
-                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @law(cuda=True)

@@ -35,13 +35,15 @@ def _apply_env(args) -> None:
         os.environ["RMSNORM_STRICT"] = "0"
 
 
-def _commit() -> str:
+def commit(ignore: tuple[str, ...] = ()) -> str:
+    """The commit a run is labelled with: $COMMIT when set, else git's HEAD, "+dirty" when tracked
+    files other than those matching `ignore` (git pathspecs) have changed."""
     if os.environ.get("COMMIT"):  # set by .ci/gpu-lane on machines that get the tree without git
         return os.environ["COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", "."]
+                               + [f":!{p}" for p in ignore], capture_output=True, text=True).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except OSError:
         return "unknown"
@@ -84,7 +86,7 @@ def cmd_gate(args) -> int:
     from . import session
 
     verdict = "PASSED" if code == 0 else "FAILED"
-    print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {_commit()}, "
+    print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return int(code)
 

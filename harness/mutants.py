@@ -15,8 +15,6 @@ pristine sources, the edit and the toolchain, so a second run builds nothing.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import os
@@ -280,17 +278,6 @@ def home() -> Path:
     return build.build_root() / "mutants"
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _write_if_changed(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -319,7 +306,7 @@ def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
     tree = home() / f"tree-{base}-{slot}"
     build_dir = home() / f"build-{base}-{slot}"
     t0 = time.perf_counter()
-    with _locked(home() / f"lock-{base}-{slot}"):
+    with build.file_lock(home() / f"lock-{base}-{slot}"):
         if out.exists():
             return out, 0.0
         mutated = apply(m, files)
