@@ -139,6 +139,14 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
             lines.append(f"  e.g. {msg[:200]}")
     if t.unverified_rows:
         lines.append(f"rows outside the accumulation type's range, not compared: {t.unverified_rows}")
+    if t.worker["restarts"] or t.worker["kept"]:
+        from .worker import start_method
+
+        line = (f"worker: {t.worker['restarts']} restart(s) after crashes or hangs (start method "
+                f"{start_method(_state.device())})")
+        if _state.lane() == "CUDA":
+            line += f"; carried on after {t.worker['kept']} CUDA error(s) that left the context usable"
+        lines.append(line)
     return lines
 
 

@@ -37,6 +37,7 @@ class Tally:
         self.seconds: Counter = Counter()
         self.unverified_rows = 0
         self.failures: list[dict] = []
+        self.worker = Counter()  # restarts (after crashes and hangs), kept (carried on after a CUDA error)
 
     def add(self, law: str, case: Case, v: Verdict) -> None:
         self.by_law[law][v.status] += 1
@@ -58,6 +59,7 @@ class Tally:
             "seconds": dict(self.seconds),
             "unverified_rows": self.unverified_rows,
             "failures": self.failures,
+            "worker": dict(self.worker),
         }
 
     def merge(self, d: dict) -> None:
@@ -71,6 +73,7 @@ class Tally:
         self.seconds.update(d.get("seconds", {}))
         self.unverified_rows += d.get("unverified_rows", 0)
         self.failures += d.get("failures", [])
+        self.worker.update(d.get("worker", {}))
 
 
 TALLY = Tally()
@@ -180,6 +183,8 @@ def lane() -> str:
 
 def write_tally(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    if _RUNNER is not None:
+        TALLY.worker.update(restarts=_RUNNER.restarts, kept=_RUNNER.kept_after_crash)
     p = directory / f"tally-{os.getpid()}-{int(time.time() * 1000)}.json"
     p.write_text(json.dumps(TALLY.to_json()))
     return p

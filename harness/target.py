@@ -29,7 +29,13 @@ class Rejected(Exception):
 
 
 class Crashed(Exception):
-    """The target broke the process or the CUDA context: always a failure; the worker restarts."""
+    """The target raised a CUDA error, or broke the process or the CUDA context: always a failure.
+    The worker restarts unless context_ok: the error was not sticky (an empty grid's "invalid
+    configuration argument", say) and the context still runs kernels."""
+
+    def __init__(self, message: str, context_ok: bool = False) -> None:
+        super().__init__(message)
+        self.context_ok = context_ok
 
 
 class LawFailure(AssertionError):
@@ -122,7 +128,7 @@ class Target:
             msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             if self.is_cuda:
                 if _CUDA_ERROR.search(str(e)):
-                    raise Crashed(msg) from None
+                    raise Crashed(msg, context_ok=self.context_usable()) from None
                 try:
                     torch.cuda.synchronize(self.device)
                 except Exception as e2:  # noqa: BLE001
@@ -137,11 +143,25 @@ class Target:
         surfaces an error the target left pending (an unchecked failed launch) or a broken
         context. Either is the target's failure, reported as a crash."""
         try:
-            torch.cuda.synchronize(self.device)
-            torch.ones(1, device=self.device).add_(1)
-            torch.cuda.synchronize(self.device)
+            self._run_a_kernel()
         except Exception as e:  # noqa: BLE001
-            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}") from None
+            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}",
+                          context_ok=self.context_usable()) from None
+
+    def _run_a_kernel(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.ones(1, device=self.device).add_(1)
+        torch.cuda.synchronize(self.device)
+
+    def context_usable(self) -> bool:
+        """After a CUDA error has been raised (which clears one that is not sticky): does the
+        context still run a kernel? A sticky error (an illegal address, a device-side assert)
+        fails every call from then on."""
+        try:
+            self._run_a_kernel()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
 
     def forward(self, x, weight, eps):
         """(y, inv_rms or None), with the outputs' form checked."""

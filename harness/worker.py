@@ -3,7 +3,8 @@ the end of the run.
 
 The parent (pytest, the gate, the fuzzer) sends (law, case) requests; the child builds and
 imports the target once, runs each law and answers with a verdict. A child that dies, breaks
-its CUDA context or outlives the time limit is replaced by a fresh one.
+its CUDA context or outlives the time limit is replaced by a fresh one; after a CUDA error that
+left the context usable, the child carries on.
 """
 
 from __future__ import annotations
@@ -79,18 +80,20 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         except tgt.LawFailure as e:
             reply = {"status": "fail", "message": str(e)}
         except tgt.Crashed as e:
-            conn.send({"status": "crash", "message": f"{e}\n  case: {case.short()}"})
-            return
+            reply = {"status": "crash", "message": f"{e}\n  case: {case.short()}", "kept": e.context_ok}
         except tgt.NotApplicable as e:
             reply = {"status": "not_applicable", "message": str(e)}
         except BaseException as e:  # noqa: BLE001 - a fault of the harness, reported as such
             if t.is_cuda and tgt._CUDA_ERROR.search(str(e)):
                 # A CUDA error surfacing in the harness's own work was left behind by the target.
-                conn.send({"status": "crash", "message": f"a CUDA error surfaced after the target ran: "
-                                                         f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}"})
-                return
-            reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+                reply = {"status": "crash", "message": f"a CUDA error surfaced after the target ran: "
+                                                       f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}",
+                         "kept": t.context_usable()}
+            else:
+                reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
         conn.send(reply)
+        if reply["status"] == "crash" and not reply["kept"]:
+            return  # the context is broken: the parent starts a fresh worker
 
 
 class HarnessError(RuntimeError):
@@ -117,6 +120,7 @@ class Runner:
         self.env = env or {}
         self.info: dict = {}
         self.restarts = 0
+        self.kept_after_crash = 0  # crashes after which the worker carried on (context usable)
         self._proc = None
         self._conn = None
         self._spares: list = []
@@ -219,7 +223,10 @@ class Runner:
         dt = time.perf_counter() - t0
         status = reply["status"]
         if status == "crash":
-            self._restart()
+            if reply.get("kept"):
+                self.kept_after_crash += 1
+            else:
+                self._restart()
         if status == "error":
             raise HarnessError(f"law {law} failed inside the harness:\n{reply['message']}")
         return Verdict(status, reply.get("message", ""), reply.get("facts", {}), dt)

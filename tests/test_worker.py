@@ -130,3 +130,32 @@ def test_big_cases_take_turns_on_a_gpu(tmp_path):
     assert holder.communicate(timeout=60)[0].strip() == "turn"
     # c got in only after a let go.
     assert (tmp_path / "c.in").stat().st_mtime >= (tmp_path / "a.in").stat().st_mtime + 9.5
+
+
+def test_cuda_errors_restart_the_worker_only_when_the_context_is_broken():
+    """An empty grid's launch error is not sticky: the crash is reported and the worker carries on.
+    A misaligned vector load is sticky: the crash is reported and the worker is replaced. Either
+    way the next case runs."""
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (CPU lane)")
+    r = Runner("mutant:cuda_zero_rows_empty_grid", "cuda", strict=False)
+    r.start()
+    try:
+        v = r.check("forward_matches_reference", Case(shape=(0, 1)))
+        assert v.status == "crash" and "invalid" in v.message, v
+        assert (r.restarts, r.kept_after_crash) == (0, 1)
+        assert r.check("forward_matches_reference", Case(shape=(2, 8))).status == "pass"
+    finally:
+        r.stop()
+    r = Runner("mutant:cuda_misaligned_pointer", "cuda", strict=False)
+    r.start()
+    try:
+        v = r.check("forward_matches_reference", Case(shape=(10, 8), layout="offset"))
+        assert v.status == "crash" and "misaligned address" in v.message, v
+        assert (r.restarts, r.kept_after_crash) == (1, 0)
+        assert r.check("forward_matches_reference", Case(shape=(2, 8))).status == "pass"
+    finally:
+        r.stop()
