@@ -27,14 +27,13 @@ _PRELOAD = ["torch", "harness.checks"]
 
 
 def start_method(device: str) -> str:
-    """How worker processes start: RMSNORM_WORKER_START when set; else "forkserver" on the CPU
-    (forked from a server that has imported torch: a restart after a crash takes about 0.2 s
-    instead of 3 s on a 2-core machine) and "spawn" (a fresh interpreter) on CUDA, where the
-    forkserver route has not been measured yet."""
+    """How worker processes start: RMSNORM_WORKER_START when set; else "forkserver": forked from
+    a server that has imported torch (but not initialised CUDA), so a restart after a crash does
+    not import torch again (benchmarks/worker_restart-*.txt). "spawn" starts a fresh interpreter."""
     v = os.environ.get("RMSNORM_WORKER_START", "")
     if v and v not in START_METHODS:
         raise ValueError(f"RMSNORM_WORKER_START: expected one of {START_METHODS}, but got {v!r}")
-    v = v or ("spawn" if device.startswith("cuda") else "forkserver")
+    v = v or "forkserver"
     return v if v in mp.get_all_start_methods() else "spawn"
 
 
