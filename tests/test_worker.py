@@ -89,6 +89,31 @@ def test_the_suite_never_alarms_on_correct_peers(tmp_path):
         assert not list(tmp_path.glob("*.json")), out
 
 
+def test_every_law_sorts_a_refusal_as_rejected():
+    """A lenient target may refuse a dtype. Every law that runs on this lane must report that as
+    rejected, never as a fault of the harness (a law that called the target directly once did)."""
+    from harness.checks import LAWS
+    from harness.target import default_device
+
+    r = Runner("module:tests.targets.float32_only", default_device(), strict=False)
+    r.start()
+    try:
+        case = Case(shape=(3, 8), dtype="bfloat16", weight_dtype="bfloat16")
+        ran = []
+        for law in LAWS:
+            if law == "beyond_2_31_elements":
+                continue  # its cases are 17 GiB; it calls the target as the reference laws do
+            v = r.check(law, case)
+            if v.status == "not_applicable":
+                continue
+            assert v.status in ("rejected", "pass"), (law, v)  # gradcheck runs in float32 or float64
+            ran.append((law, v.status))
+        assert {("forward_matches_reference", "rejected"), ("backward_matches_reference", "rejected")} <= set(ran), ran
+        assert r.check("forward_matches_reference", Case(shape=(3, 8))).status == "pass"
+    finally:
+        r.stop()
+
+
 _TURN = r"""
 import sys, time, torch
 import harness.checks as c
