@@ -61,6 +61,12 @@ def inner(spec: str, count: int) -> int:
     return 0
 
 
+def summary_line(lines: list[str]) -> str:
+    """compute-sanitizer's count ("ERROR SUMMARY: 22 errors", "RACECHECK SUMMARY: 20 hazards
+    displayed ..."), not the note that may follow it ("ERROR SUMMARY: 2 errors were not printed")."""
+    return next((l for l in reversed(lines) if "SUMMARY:" in l and "not printed" not in l), lines[-1] if lines else "")
+
+
 def main(spec: str, tools: list[str], count: int) -> int:
     exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not os.path.exists(exe):
@@ -81,7 +87,7 @@ def main(spec: str, tools: list[str], count: int) -> int:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         dt = time.perf_counter() - t0
         tail = (p.stdout + p.stderr).strip().splitlines()
-        summary = next((l for l in reversed(tail) if "ERROR SUMMARY" in l), tail[-1] if tail else "")
+        summary = summary_line(tail)
         ok = p.returncode == 0
         results.append((tool, ok, summary, dt))
         print(f"{tool:10} {'clean' if ok else 'ERRORS'}  {summary.strip()}  ({dt:.0f} s)", flush=True)
