@@ -143,7 +143,7 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
         from .worker import start_method
 
         line = (f"worker: {t.worker['restarts']} restart(s) after crashes or hangs (start method "
-                f"{start_method(_state.device())})")
+                f"{start_method()})")
         if _state.lane() == "CUDA":
             line += f"; carried on after {t.worker['kept']} CUDA error(s) that left the context usable"
         lines.append(line)

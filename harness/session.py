@@ -184,7 +184,7 @@ def lane() -> str:
 def write_tally(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if _RUNNER is not None:
-        TALLY.worker.update(restarts=_RUNNER.restarts, kept=_RUNNER.kept_after_crash)
+        TALLY.worker = Counter(restarts=_RUNNER.restarts, kept=_RUNNER.kept_after_crash)
     p = directory / f"tally-{os.getpid()}-{int(time.time() * 1000)}.json"
     p.write_text(json.dumps(TALLY.to_json()))
     return p

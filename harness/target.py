@@ -30,12 +30,7 @@ class Rejected(Exception):
 
 class Crashed(Exception):
     """The target raised a CUDA error, or broke the process or the CUDA context: always a failure.
-    The worker restarts unless context_ok: the error was not sticky (an empty grid's "invalid
-    configuration argument", say) and the context still runs kernels."""
-
-    def __init__(self, message: str, context_ok: bool = False) -> None:
-        super().__init__(message)
-        self.context_ok = context_ok
+    The worker restarts unless the context still runs kernels (Target.context_usable)."""
 
 
 class LawFailure(AssertionError):
@@ -128,7 +123,7 @@ class Target:
             msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             if self.is_cuda:
                 if _CUDA_ERROR.search(str(e)):
-                    raise Crashed(msg, context_ok=self.context_usable()) from None
+                    raise Crashed(msg) from None
                 try:
                     torch.cuda.synchronize(self.device)
                 except Exception as e2:  # noqa: BLE001
@@ -145,8 +140,7 @@ class Target:
         try:
             self._run_a_kernel()
         except Exception as e:  # noqa: BLE001
-            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}",
-                          context_ok=self.context_usable()) from None
+            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}") from None
 
     def _run_a_kernel(self) -> None:
         torch.cuda.synchronize(self.device)

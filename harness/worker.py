@@ -26,7 +26,7 @@ START_METHODS = ("forkserver", "spawn")
 _PRELOAD = ["torch", "harness.checks"]
 
 
-def start_method(device: str) -> str:
+def start_method() -> str:
     """How worker processes start: RMSNORM_WORKER_START when set; else "forkserver": forked from
     a server that has imported torch (but not initialised CUDA), so a restart after a crash does
     not import torch again (benchmarks/worker_restart-*.txt). "spawn" starts a fresh interpreter."""
@@ -79,20 +79,23 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         except tgt.LawFailure as e:
             reply = {"status": "fail", "message": str(e)}
         except tgt.Crashed as e:
-            reply = {"status": "crash", "message": f"{e}\n  case: {case.short()}", "kept": e.context_ok}
+            reply = {"status": "crash", "message": f"{e}\n  case: {case.short()}"}
         except tgt.NotApplicable as e:
             reply = {"status": "not_applicable", "message": str(e)}
         except BaseException as e:  # noqa: BLE001 - a fault of the harness, reported as such
             if t.is_cuda and tgt._CUDA_ERROR.search(str(e)):
                 # A CUDA error surfacing in the harness's own work was left behind by the target.
                 reply = {"status": "crash", "message": f"a CUDA error surfaced after the target ran: "
-                                                       f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}",
-                         "kept": t.context_usable()}
+                                                       f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}"}
             else:
                 reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        if reply["status"] == "crash":
+            # A CUDA error that was not sticky (an empty grid's launch error) leaves the context
+            # usable: carry on. Otherwise the parent starts a fresh worker.
+            reply["kept"] = t.is_cuda and t.context_usable()
         conn.send(reply)
         if reply["status"] == "crash" and not reply["kept"]:
-            return  # the context is broken: the parent starts a fresh worker
+            return
 
 
 class HarnessError(RuntimeError):
@@ -126,7 +129,7 @@ class Runner:
 
     def _spawn(self):
         """Start a worker process; it loads the target on its own. Returns (process, connection)."""
-        method = start_method(self.device)
+        method = start_method()
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server first starts

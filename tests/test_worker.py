@@ -19,16 +19,16 @@ def test_a_crash_is_reported_and_the_run_goes_on():
 
 
 def test_workers_restart_fast_and_see_the_parents_environment(monkeypatch):
-    """A forkserver worker (the CPU default) restarts without importing torch again, and sees the
+    """A forkserver worker (the default) restarts without importing torch again, and sees the
     environment of the process that asked for it, not the server's."""
     import time
 
     from harness.worker import start_method
 
-    assert start_method("cpu") in ("forkserver", "spawn") and start_method("cuda") == start_method("cpu")
+    assert start_method() in ("forkserver", "spawn")
     monkeypatch.setenv("RMSNORM_WORKER_START", "fork")
     try:
-        start_method("cpu")
+        start_method()
         raise AssertionError("an unknown start method was accepted")
     except ValueError as e:
         assert "expected one of ('forkserver', 'spawn'), but got 'fork'" in str(e)
@@ -43,7 +43,7 @@ def test_workers_restart_fast_and_see_the_parents_environment(monkeypatch):
         restart_s = time.perf_counter() - t0
         v = r.check("forward_matches_reference", Case(shape=(2, 4)))
         assert v.status == "rejected" and "second; from the runner" in v.message, v
-        if start_method("cpu") == "forkserver":
+        if start_method() == "forkserver":
             assert restart_s < 2.0, f"a forked worker took {restart_s:.1f} s to start"
     finally:
         r.stop()
