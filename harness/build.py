@@ -167,7 +167,8 @@ class BuildSpec:
         for f in local_files(self.sources):
             h.update(f.name.encode())
             h.update(f.read_bytes())
-        h.update(repr((self.with_cuda, self.extra_cflags, self.extra_cuda_cflags, self.defines)).encode())
+        h.update(repr((self.with_cuda, self.extra_cflags, self.extra_cuda_cflags, self.defines,
+                       toolchain_flags())).encode())
         h.update(torch.__version__.encode())
         h.update(sys.version.encode())
         if self.with_cuda:
@@ -208,11 +209,13 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     if spec.with_cuda:
         os.environ["TORCH_CUDA_ARCH_LIST"] = cuda_arch_list()
     t0 = time.perf_counter()
+    fix_cflags, fix_ldflags = toolchain_flags()
     try:
         module = cpp_extension.load(
             name=name,
             sources=[str(s) for s in spec.sources],
-            extra_cflags=list(spec.extra_cflags) + [f"-D{d}" for d in spec.defines],
+            extra_cflags=list(spec.extra_cflags) + list(fix_cflags) + [f"-D{d}" for d in spec.defines],
+            extra_ldflags=list(fix_ldflags),
             extra_cuda_cflags=list(spec.extra_cuda_cflags) + [f"-D{d}" for d in spec.defines],
             build_directory=str(build_dir),
             with_cuda=spec.with_cuda,
@@ -227,6 +230,14 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     if cold:
         say(f"rmsnorm: built {name} in {time.perf_counter() - t0:.1f} s")
     return module
+
+
+def toolchain_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The C++ and linker flags that make this machine's toolchain raise rather than crash
+    (harness.toolchain; empty until it has been probed, and on a sound toolchain)."""
+    from . import toolchain
+
+    return toolchain.fix_flags()
 
 
 def _cuda_flags(lineinfo: bool | None) -> tuple[str, ...]:

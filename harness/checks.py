@@ -15,10 +15,9 @@ from pathlib import Path
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from . import build, tolerance as tol
+from . import build, judge, tolerance as tol
 from .cases import Case, materialize
 from .ops import make_function
-from .reference import backward_ref, forward_ref
 from .target import LawFailure, NotApplicable, Rejected, Target
 
 LAWS: dict[str, "Law"] = {}
@@ -73,10 +72,6 @@ def _nbytes(shape, dtype) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
 
-def _acc(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _fail(messages: list[str], case: Case, extra: str = "") -> None:
     msgs = [m for m in messages if m]
     if msgs:
@@ -88,60 +83,59 @@ def _row_mask(mask_rows: torch.Tensor, shape) -> torch.Tensor:
     return mask_rows.unsqueeze(-1).expand(shape)
 
 
-def _inv_as_lead(inv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return inv.reshape(tuple(x.shape[:-1]))
-
-
 def forward_checked(target: Target, x, weight, eps, case: Case, *, poison_byte=POISON_NAN, label=""):
     """Run the target's forward and compare y (and inv_rms) with the float64 reference.
     Returns (y, inv, facts)."""
-    acc = _acc(x.dtype)
+    acc = tol.acc_dtype(x.dtype)
     poison(x.device, [_nbytes(x.shape, x.dtype), _nbytes(x.shape[:-1], acc)], poison_byte)
-    y, inv = target.forward(x, weight, eps)
+    with _untouched("forward", case, x=x, weight=weight):
+        y, inv = target.forward(x, weight, eps)
     return y, inv, compare_forward(y, inv, x, weight, eps, case, label=label)
 
 
 def compare_forward(y, inv, x, weight, eps, case: Case, *, label="", extra="") -> dict:
     """Compare y (and inv_rms, when not None) with the float64 reference; raise LawFailure."""
-    stats = tol.row_stats(x, eps)
-    y_ref, inv_ref = forward_ref(x, weight, eps)
-    bound_y, bound_inv = tol.forward_bounds(x, weight, eps, stats, x.dtype)
-    rows_ok = stats.verifiable | ~stats.finite
-    msgs = [tol.compare(f"{label}y", y, y_ref, bound_y, check=_row_mask(rows_ok, x.shape))]
-    if inv is not None:
-        inv_l = _inv_as_lead(inv, x)
-        b = bound_inv + tol.unit_roundoff(inv.dtype) * inv_ref.abs() * tol.SAFETY
-        msgs.append(tol.compare(f"{label}inv_rms", inv_l, inv_ref, b, check=rows_ok, index_names=("row",)))
-    _fail(msgs, case, extra)
-    return {"unverified_rows": int((~rows_ok).sum())}
+    exp = judge.expect_forward(x, weight, eps)
+    _fail(judge.judge_forward(y, inv, x, weight, eps, label=label, exp=exp), case, extra)
+    return {"unverified_rows": exp.unverified_rows}
 
 
 def inv_for_backward(x, eps, inv_from_target):
     if inv_from_target is not None:
         return inv_from_target
     x64 = x.detach().to(torch.float64)
-    return torch.rsqrt((x64 * x64).mean(-1) + eps).to(_acc(x.dtype))
+    return torch.rsqrt((x64 * x64).mean(-1) + eps).to(tol.acc_dtype(x.dtype))
 
 
 def backward_checked(target: Target, grad_out, x, weight, eps, inv, case: Case, *, poison_byte=POISON_NAN, label=""):
     """Run the target's backward with inv and compare with the float64 reference."""
     poison(x.device, [_nbytes(x.shape, x.dtype), _nbytes(weight.shape, weight.dtype)], poison_byte)
-    gx, gw = target.backward(grad_out, x, weight, inv)
+    with _untouched("backward", case, grad_out=grad_out, x=x, weight=weight, inv_rms=inv):
+        gx, gw = target.backward(grad_out, x, weight, inv)
     return compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, label=label)
 
 
 def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label="", weight_grad=True):
-    stats = tol.row_stats(x, eps)
-    gx_ref, gw_ref = backward_ref(grad_out, x, weight, eps)
-    inv_used = _inv_as_lead(inv.detach(), x).to(torch.float64)
-    d_used = torch.nan_to_num(((inv_used - stats.inv).abs() / stats.inv), nan=0.0, posinf=0.0)
-    bound_x, bound_w = tol.backward_bounds(grad_out, x, weight, stats, d_used, gx_ref, gw_ref, gw.dtype)
-    rows_ok = stats.verifiable | ~stats.finite
-    msgs = [tol.compare(f"{label}grad_x", gx, gx_ref, bound_x, check=_row_mask(rows_ok, x.shape), strict_nonfinite=False)]
-    if weight_grad and bool((stats.verifiable | ~stats.finite).all()):
-        msgs.append(tol.compare(f"{label}grad_weight", gw, gw_ref, bound_w, strict_nonfinite=False, index_names=("col",)))
+    msgs, unverified = judge.judge_backward(gx, gw, grad_out, x, weight, eps, inv, label=label, weight_grad=weight_grad)
     _fail(msgs, case)
-    return gx, gw, {"unverified_rows": int((~rows_ok).sum())}
+    return gx, gw, {"unverified_rows": unverified}
+
+
+@contextlib.contextmanager
+def _untouched(call: str, case: Case, **inputs):
+    """Fail with a precise message when the call writes into one of its inputs' storage (a
+    target that stores grad_x in grad_out's memory, say): every later comparison would
+    otherwise be made against the overwritten values."""
+    before = {n: _storage_bytes(t).clone() for n, t in inputs.items()}
+    yield
+    msgs = []
+    for name, t in inputs.items():
+        after = _storage_bytes(t)
+        if not torch.equal(before[name], after):
+            changed = int((before[name] != after).sum())
+            msgs.append(f"{call} overwrote its input {name}: {changed} of {after.numel()} byte(s) of its storage "
+                        f"changed during the call (it writes in place into {name}'s memory)")
+    _fail(msgs, case)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -238,11 +232,10 @@ def scale_invariance(target: Target, case: Case):
     exact = ((x2.to(torch.float64) * 2.0 ** (-k)) == t.x.to(torch.float64)).all(dim=-1)
     y1, _ = target.forward(t.x, t.weight, 0.0)
     y2, _ = target.forward(x2, t.weight, 0.0)
-    stats = tol.row_stats(t.x, 0.0)
-    bound, _ = tol.forward_bounds(t.x, t.weight, 0.0, stats, t.x.dtype)
-    ok = _row_mask(stats.verifiable & tol.row_stats(x2, 0.0).verifiable & exact, t.x.shape)
+    exp = judge.expect_forward(t.x, t.weight, 0.0)
+    ok = _row_mask(exp.stats.verifiable & tol.row_stats(x2, 0.0).verifiable & exact, t.x.shape)
     # y1 and y2 each sit within bound of the same reference, so they differ by at most 2 * bound.
-    _fail([tol.compare(f"y(2^{k} x) vs y(x)", y2, y1.to(torch.float64), 2 * bound, check=ok)], case)
+    _fail([judge.compare(f"y(2^{k} x) vs y(x)", y2, y1.to(torch.float64), 2 * exp.bound_y, check=ok)], case)
     return {"unverified_rows": int((~exact).sum())}
 
 
@@ -261,19 +254,18 @@ def rows_independent(target: Target, case: Case):
     y_full, inv_full = target.forward(t.x, t.weight, case.eps)
     sub = x2.index_select(0, idx)
     y_sub, inv_sub = target.forward(sub, t.weight, case.eps)
-    stats = tol.row_stats(sub, case.eps)
-    bound, _ = tol.forward_bounds(sub, t.weight, case.eps, stats, sub.dtype)
-    ok = _row_mask(stats.verifiable, sub.shape)
+    exp = judge.expect_forward(sub, t.weight, case.eps)
+    ok = _row_mask(exp.stats.verifiable, sub.shape)
     got_full = y_full.reshape(-1, n).index_select(0, idx)
-    msgs = [tol.compare(f"y of rows {idx.tolist()[:8]} alone vs in the batch", y_sub, got_full.to(torch.float64), 2 * bound, check=ok)]
+    msgs = [judge.compare(f"y of rows {idx.tolist()[:8]} alone vs in the batch", y_sub, got_full.to(torch.float64),
+                          2 * exp.bound_y, check=ok)]
     if target.has_backward:
         inv_f = inv_for_backward(t.x, case.eps, inv_full)
         inv_s = inv_for_backward(sub, case.eps, inv_sub)
         gx_full, _ = target.backward(t.grad_out, t.x, t.weight, inv_f)
         gx_sub, _ = target.backward(dy2.index_select(0, idx), sub, t.weight, inv_s)
-        gx_ref, gw_ref = backward_ref(dy2.index_select(0, idx), sub, t.weight, case.eps)
-        bx, _ = tol.backward_bounds(dy2.index_select(0, idx), sub, t.weight, stats, torch.zeros_like(stats.inv) + stats.d_inv, gx_ref, gw_ref, t.weight.dtype)
-        msgs.append(tol.compare("grad_x of the rows alone vs in the batch", gx_sub,
+        bx = judge.expect_backward(dy2.index_select(0, idx), sub, t.weight, case.eps).bound_x
+        msgs.append(judge.compare("grad_x of the rows alone vs in the batch", gx_sub,
                                 gx_full.reshape(-1, n).index_select(0, idx).to(torch.float64), 2 * bx, check=ok, strict_nonfinite=False))
     _fail(msgs, case)
     return {}
@@ -288,20 +280,21 @@ def strided_equals_contiguous(target: Target, case: Case):
     xc = t.x.contiguous()
     y1, inv1 = target.forward(t.x, t.weight, case.eps)
     y2, inv2 = target.forward(xc, t.weight, case.eps)
-    stats = tol.row_stats(xc, case.eps)
-    bound, _ = tol.forward_bounds(xc, t.weight, case.eps, stats, xc.dtype)
-    ok = _row_mask(stats.verifiable, xc.shape)
-    msgs = [tol.compare(f"y of the {case.layout} x vs its contiguous copy", y1, y2.to(torch.float64), 2 * bound, check=ok)]
+    exp = judge.expect_forward(xc, t.weight, case.eps)
+    ok = _row_mask(exp.stats.verifiable, xc.shape)
+    msgs = [judge.compare(f"y of the {case.layout} x vs its contiguous copy", y1, y2.to(torch.float64),
+                          2 * exp.bound_y, check=ok)]
     if target.has_backward:
         inv_a = inv_for_backward(t.x, case.eps, inv1)
         inv_b = inv_for_backward(xc, case.eps, inv2)
         g1, w1 = target.backward(t.grad_out, t.x, t.weight, inv_a)
         g2, w2 = target.backward(t.grad_out.contiguous(), xc, t.weight, inv_b)
-        gx_ref, gw_ref = backward_ref(t.grad_out, xc, t.weight, case.eps)
-        bx, bw = tol.backward_bounds(t.grad_out, xc, t.weight, stats, stats.d_inv, gx_ref, gw_ref, t.weight.dtype)
-        msgs.append(tol.compare(f"grad_x ({case.layout} x, {case.grad_layout} grad_out) vs contiguous", g1, g2.to(torch.float64), 2 * bx, check=ok, strict_nonfinite=False))
-        if bool(stats.verifiable.all()):
-            msgs.append(tol.compare("grad_weight strided vs contiguous", w1, w2.to(torch.float64), 2 * bw, strict_nonfinite=False, index_names=("col",)))
+        bexp = judge.expect_backward(t.grad_out, xc, t.weight, case.eps)
+        msgs.append(judge.compare(f"grad_x ({case.layout} x, {case.grad_layout} grad_out) vs contiguous", g1,
+                                  g2.to(torch.float64), 2 * bexp.bound_x, check=ok, strict_nonfinite=False))
+        if bool(exp.stats.verifiable.all()):
+            msgs.append(judge.compare("grad_weight strided vs contiguous", w1, w2.to(torch.float64), 2 * bexp.bound_w,
+                                      strict_nonfinite=False, index_names=("col",)))
     _fail(msgs, case)
     return {}
 
@@ -332,21 +325,12 @@ def deterministic(target: Target, case: Case):
 def inputs_unchanged(target: Target, case: Case):
     """Forward and backward leave x, weight, grad_out and inv_rms (and their storage) untouched."""
     t = materialize(case, target.device)
-    named = (("x", t.x), ("weight", t.weight), ("grad_out", t.grad_out))
-    before = {n: _storage_bytes(v).clone() for n, v in named}
-    y, inv = target.forward(t.x, t.weight, case.eps)
-    inv_b = inv_for_backward(t.x, case.eps, inv)
-    inv_before = _storage_bytes(inv_b).clone()
+    with _untouched("forward", case, x=t.x, weight=t.weight, grad_out=t.grad_out):
+        _, inv = target.forward(t.x, t.weight, case.eps)
     if target.has_backward:
-        target.backward(t.grad_out, t.x, t.weight, inv_b)
-    msgs = []
-    for name, v in named:
-        after = _storage_bytes(v)
-        if not torch.equal(before[name], after):
-            msgs.append(f"{name}: {int((before[name] != after).sum())} byte(s) of its storage changed during the calls")
-    if target.has_backward and inv is not None and not torch.equal(inv_before, _storage_bytes(inv_b)):
-        msgs.append("inv_rms: changed by backward")
-    _fail(msgs, case)
+        inv_b = inv_for_backward(t.x, case.eps, inv)
+        with _untouched("backward", case, x=t.x, weight=t.weight, grad_out=t.grad_out, inv_rms=inv_b):
+            target.backward(t.grad_out, t.x, t.weight, inv_b)
     return {}
 
 

@@ -14,7 +14,9 @@ from .build import ROOT
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None,
-                   help="'project' (default), source files/folders separated by commas, or module:NAME")
+                   help="'project' (default), source files/folders separated by commas, module:NAME, "
+                        "mutant:NAME (this project with a planted bug) or peer:NAME (an RMSNorm people ship: "
+                        "hf, native, compiled, liger, ...)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="device to run the target on (default: cuda when a GPU is visible, else cpu)")
     p.add_argument("--corpus", default=None, help="folder of saved failing cases (default: corpus/)")
@@ -54,9 +56,12 @@ def cmd_build(args) -> int:
     from . import build
 
     spec = parse_spec(args.target)
-    if spec.startswith("module:"):
+    if spec.startswith(("module:", "peer:")):
         print(f"rmsnorm: {spec} is prebuilt; nothing to build")
         return 0
+    from . import toolchain
+
+    print(f"rmsnorm: {toolchain.probe().line()}", flush=True)
     if spec.startswith("mutant:"):
         from . import mutants
 
@@ -145,6 +150,12 @@ def cmd_sanitize(args) -> int:
     return sanitize.main(spec, args.tools.split(","), args.cases)
 
 
+def cmd_toolchain(args) -> int:
+    from . import toolchain
+
+    return toolchain.main()
+
+
 def cmd_mutate(args) -> int:
     from . import mutate
 
@@ -190,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     z.add_argument("--cases", type=int, default=24, help="how many sampled cases")
     z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     z.set_defaults(fn=cmd_sanitize)
+
+    tc = sub.add_parser("toolchain", help="probe the C++ toolchain afresh: does a TORCH_CHECK with a number raise?")
+    tc.set_defaults(fn=cmd_toolchain)
 
     u = sub.add_parser("mutate", help="mutation score: build each planted-bug mutant and run the suite on it")
     u.add_argument("--profile", default="gate", choices=("gate", "fuzz", "ci", "dev"))

@@ -64,6 +64,10 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
     from . import session
 
     tests = _collect(laws)
+    if not session.target_spec().startswith(("module:", "peer:")):
+        from . import toolchain
+
+        print(f"fuzz: {toolchain.probe().line()}", file=sys.stderr)
     info = session.runner().info
     print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
           f"{len(tests)} laws, {minutes:g} min", file=sys.stderr)

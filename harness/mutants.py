@@ -269,7 +269,7 @@ def _base_key(files: dict[str, str], with_cuda: bool) -> str:
         h.update(rel.encode())
         h.update(files[rel].encode())
     h.update(repr((with_cuda, build.cuda_arch_list() if with_cuda else "", torch.__version__,
-                   str(torch.version.cuda), sys.version)).encode())
+                   str(torch.version.cuda), sys.version, build.toolchain_flags())).encode())
     return h.hexdigest()[:16]
 
 
@@ -288,8 +288,9 @@ _LOAD_SNIPPET = r"""
 import os, sys
 from torch.utils import cpp_extension
 srcs, build_dir, with_cuda, cuda_flags = sys.argv[1].split(","), sys.argv[2], sys.argv[3] == "1", sys.argv[4].split()
+cflags, ldflags = sys.argv[5].split(), sys.argv[6].split()
 cpp_extension.load(name=%r, sources=srcs, build_directory=build_dir, with_cuda=with_cuda,
-                   extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags, verbose=False)
+                   extra_cflags=["-O3"] + cflags, extra_cuda_cflags=cuda_flags, extra_ldflags=ldflags, verbose=False)
 """ % MODULE_NAME
 
 
@@ -319,8 +320,10 @@ def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
             env["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list()
         srcs = [str(tree / p.relative_to(build.ROOT)) for p in build.project_sources(with_cuda)]
         # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
+        cflags, ldflags = build.toolchain_flags()
         p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),
-                            "1" if with_cuda else "0", " ".join(build._cuda_flags(True))],
+                            "1" if with_cuda else "0", " ".join(build._cuda_flags(True)), " ".join(cflags),
+                            " ".join(ldflags)],
                            env=env, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"mutant {m.name} did not build:\n{(p.stdout + p.stderr)[-4000:]}")

@@ -177,6 +177,9 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     problems = mutants.check_catalogue()
     if problems:
         raise ValueError("the mutant catalogue does not match the sources:\n  " + "\n  ".join(problems))
+    from . import toolchain
+
+    print(f"mutate: {toolchain.probe().line()}", flush=True)  # its flags key every mutant's build
     out_dir = mutants.home() / f"runs-{device}"
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "results.jsonl"

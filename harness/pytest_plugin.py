@@ -76,7 +76,7 @@ def pytest_sessionstart(session: pytest.Session):
     if _is_xdist_worker(config) or config.option.collectonly:
         return
     spec = _state.target_spec()
-    if spec.startswith("module:"):
+    if spec.startswith(("module:", "peer:")):
         return
     # Build once here, with the compiler's progress visible, so workers load from the cache.
     tr = config.pluginmanager.get_plugin("terminalreporter")
@@ -116,6 +116,12 @@ def collect_tally() -> "_state.Tally":
 
 def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str]:
     lines = [f"lane: {_state.lane()} — target {_state.target_spec()} on {_state.device()}"]
+    if not _state.target_spec().startswith(("module:", "peer:")):
+        from . import toolchain
+
+        verdict = toolchain.cached()
+        if verdict is not None:
+            lines.append(verdict.line())
     if _state.lane() == "CPU":
         lines.append("not run in this lane: the CUDA kernels, CUDA-only laws (current stream, CUDA graphs) and "
                      "compute-sanitizer; run the suite on a GPU for those")

@@ -47,3 +47,22 @@ def backward_ref(
     grad_x = inv * (g - xhat * c)
     grad_w = (dy * xhat).reshape(-1, x.shape[-1]).sum(dim=0)
     return grad_x, grad_w
+
+
+def eager_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, grad_out: torch.Tensor | None = None):
+    """Eager PyTorch in the input's dtype, as Hugging Face's LlamaRMSNorm computes it: x upcast
+    (to float32, or kept in float64), normalised, rounded back to the input dtype, multiplied by
+    the weight; gradients by autograd through those ops. Returns (y, grad_x, grad_weight), the
+    gradients None without grad_out. The judge's bound is never tighter than a multiple of this
+    one's error (harness.judge)."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    with torch.enable_grad():
+        xg = x.detach().requires_grad_(grad_out is not None)
+        wg = weight.detach().requires_grad_(grad_out is not None)
+        h = xg.to(acc)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        y = wg * h.to(x.dtype)
+        if grad_out is None:
+            return y.detach(), None, None
+        gx, gw = torch.autograd.grad(y, (xg, wg), grad_out.to(y.dtype))
+    return y.detach(), gx, gw

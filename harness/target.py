@@ -5,6 +5,7 @@ A target spec is one of
   PATH[,PATH...]       C++/CUDA sources, or folders of them, built with cpp_extension.load
   module:NAME          an importable module that is already built
   mutant:NAME          this project's extension with one bug planted (harness/mutants.py)
+  peer:NAME            an RMSNorm people ship, from the reference panel (harness/peers.py)
 It exposes the seed card's contract: forward(x, weight, eps) -> y or (y, inv_rms), and
 optionally backward(grad_out, x, weight, inv_rms) -> (grad_x, grad_weight).
 """
@@ -22,6 +23,14 @@ import torch
 from . import build
 
 PROJECT = "project"
+
+
+BREADCRUMB = None  # shared memory (set in the worker) naming the call into the target under way
+
+
+def _mark(what: str) -> None:
+    if BREADCRUMB is not None:
+        BREADCRUMB.value = what.encode()[:511]
 
 
 class Rejected(Exception):
@@ -63,12 +72,18 @@ def parse_spec(spec: str | None) -> str:
             raise ValueError(f"target {spec!r}: no such mutant; expected mutant:NAME with NAME one of "
                              f"{', '.join(BY_NAME)}")
         return spec
+    if spec.startswith("peer:"):
+        from .peers import NAMES
+
+        if spec[5:] not in NAMES:
+            raise ValueError(f"target {spec!r}: no such peer; expected peer:NAME with NAME one of {', '.join(NAMES)}")
+        return spec
     paths = [p for p in spec.split(",") if p]
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         raise ValueError(
-            f"target {spec!r}: no such file or folder {missing}; expected 'project', "
-            "'module:NAME', or source files/folders separated by commas"
+            f"target {spec!r}: no such file or folder {missing}; expected 'project', 'module:NAME', "
+            "'mutant:NAME', 'peer:NAME', or source files/folders separated by commas"
         )
     return ",".join(str(Path(p).resolve()) for p in paths)
 
@@ -80,6 +95,8 @@ def build_spec_for(spec: str) -> tuple[build.BuildSpec | None, str]:
         return None, f"prebuilt module {spec[7:]}"
     if spec.startswith("mutant:"):
         return None, f"mutant {spec[7:]} of this project's extension"
+    if spec.startswith("peer:"):
+        return None, f"peer {spec[5:]} of the reference panel"
     bspec = build.sources_spec([Path(p) for p in spec.split(",")])
     return bspec, "sources " + ", ".join(Path(s).name for s in bspec.sources)
 
@@ -117,8 +134,13 @@ class Target:
 
     def call(self, what: str, fn, *args):
         """Call into the target; sort any exception into Rejected or Crashed."""
+        _mark(what)
         try:
             out = fn(*args)
+            if self.is_cuda:
+                self._probe(what)
+        except (Crashed, LawFailure):
+            raise
         except Exception as e:  # noqa: BLE001 - any exception is data about the target
             msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             if self.is_cuda:
@@ -129,8 +151,8 @@ class Target:
                 except Exception as e2:  # noqa: BLE001
                     raise Crashed(f"{msg}; then the CUDA context was broken: {e2}") from None
             raise Rejected(msg) from None
-        if self.is_cuda:
-            self._probe(what)
+        finally:
+            _mark("")
         return out
 
     def _probe(self, what: str) -> None:
@@ -236,6 +258,12 @@ def load(spec: str, device: str, strict: bool | None = None) -> Target:
         note = f"mutant {spec[7:]} of this project's extension"
         ops.adopt(module, note)
         has_ops = True
+    elif spec.startswith("peer:"):
+        from . import peers
+
+        module = peers.load(spec[5:], device)
+        note = f"peer {spec[5:]} of the reference panel"
+        has_ops = False
     else:
         bspec, note = build_spec_for(spec)
         module = build.build(bspec)

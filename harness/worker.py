@@ -37,8 +37,10 @@ def start_method() -> str:
     return v if v in mp.get_all_start_methods() else "spawn"
 
 
-def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None = None) -> None:
-    """The worker process: load the target, then answer requests until told to stop."""
+def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None = None, crumb=None) -> None:
+    """The worker process: load the target, then answer requests until told to stop. crumb:
+    shared memory where each call into the target is named while it runs, so that the parent
+    can say which call a dying worker was in."""
     import faulthandler
 
     if env is not None:  # a forked worker has its server's environment: take the parent's
@@ -49,6 +51,8 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
 
     from . import checks, target as tgt
     from .cases import Case
+
+    tgt.BREADCRUMB = crumb
 
     try:
         t = tgt.load(spec, device, strict)
@@ -125,20 +129,23 @@ class Runner:
         self.kept_after_crash = 0  # crashes after which the worker carried on (context usable)
         self._proc = None
         self._conn = None
+        self._crumb = None
         self._spares: list = []
 
     def _spawn(self):
-        """Start a worker process; it loads the target on its own. Returns (process, connection)."""
+        """Start a worker process; it loads the target on its own. Returns (process, connection,
+        breadcrumb)."""
         method = start_method()
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server first starts
         parent, child = ctx.Pipe()
+        crumb = ctx.Array("c", 512, lock=False)
         old = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)  # a spawned worker starts with this environment
         try:
-            proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict, dict(os.environ)),
-                               daemon=True)
+            proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict, dict(os.environ),
+                                                    crumb), daemon=True)
             proc.start()
         finally:
             for k, v in old.items():
@@ -147,14 +154,14 @@ class Runner:
                 else:
                     os.environ[k] = v
         child.close()
-        return proc, parent
+        return proc, parent, crumb
 
     def start(self) -> dict:
         if self._spares:
             # A crash or hang happened before: spare workers have been loading meanwhile.
-            self._proc, self._conn = self._spares.pop(0)
+            self._proc, self._conn, self._crumb = self._spares.pop(0)
         else:
-            self._proc, self._conn = self._spawn()
+            self._proc, self._conn, self._crumb = self._spawn()
         parent = self._conn
         if self.restarts:
             while len(self._spares) < SPARE_WORKERS:
@@ -175,7 +182,7 @@ class Runner:
 
     def stop(self) -> None:
         while self._spares:
-            proc, conn = self._spares.pop()
+            proc, conn, _ = self._spares.pop()
             proc.kill()
             proc.join()
             conn.close()
@@ -199,6 +206,23 @@ class Runner:
         self.restarts += 1
         self.start()
 
+    def _last_call(self) -> str:
+        """Which call into the target the dead worker was in, and whether this machine's
+        toolchain is known to crash there (harness.toolchain)."""
+        try:
+            what = self._crumb.value.decode(errors="replace") if self._crumb is not None else ""
+        except (OSError, ValueError):
+            what = ""
+        if not what:
+            return ", outside any call into the target"
+        out = f", in the call: {what}"
+        from . import toolchain
+
+        if "bad input" in what and toolchain.faulty():
+            out += ("; this machine's toolchain crashes when an extension formats a number in a TORCH_CHECK "
+                    "message (see the 'toolchain:' line), so this is a toolchain fault as well as a failure")
+        return out
+
     def check(self, law: str, case, timeout_s: float | None = None, **kw) -> Verdict:
         """Run one law on one case in the worker."""
         if self._proc is None:
@@ -219,9 +243,9 @@ class Runner:
                 self._proc.join(timeout=5)
                 code = self._proc.exitcode
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            message = f"the worker process died during {law} ({how}){self._last_call()}\n  case: {case.short()}"
             self._restart()
-            return Verdict("crash", f"the worker process died during {law} ({how})\n  case: {case.short()}",
-                           seconds=time.perf_counter() - t0)
+            return Verdict("crash", message, seconds=time.perf_counter() - t0)
         dt = time.perf_counter() - t0
         status = reply["status"]
         if status == "crash":

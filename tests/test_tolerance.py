@@ -4,7 +4,7 @@ an all-zero output, a one-element shift, swapped rows and a backward missing a t
 import torch
 from hypothesis import given, settings, strategies as st
 
-from harness import tolerance as tol
+from harness import judge, tolerance as tol
 from harness.cases import Case, materialize
 from harness.reference import backward_ref, forward_ref
 from tests.targets import correct_torch
@@ -42,19 +42,19 @@ def _grads(case, t, inv):
 def test_accepts_a_correct_reduced_precision_implementation(case):
     t, y_ref, inv_ref, by, binv = _forward(case)
     y, inv = correct_torch.forward(t.x, t.weight, case.eps)
-    assert not tol.compare("y", y, y_ref, by)
-    assert not tol.compare("inv", inv, inv_ref, binv + tol.SAFETY * tol.unit_roundoff(inv.dtype) * inv_ref)
+    assert not judge.compare("y", y, y_ref, by)
+    assert not judge.compare("inv", inv, inv_ref, binv + tol.SAFETY * tol.unit_roundoff(inv.dtype) * inv_ref)
     gx, gw = correct_torch.backward(t.grad_out, t.x, t.weight, inv)
     gx_ref, gw_ref, (bx, bw) = _grads(case, t, inv)
-    assert not tol.compare("grad_x", gx, gx_ref, bx)
-    assert not tol.compare("grad_weight", gw, gw_ref, bw)
+    assert not judge.compare("grad_x", gx, gx_ref, bx)
+    assert not judge.compare("grad_weight", gw, gw_ref, bw)
 
 
 @settings(max_examples=40, deadline=None)
 @given(case=plain_cases())
 def test_rejects_all_zero_output(case):
     t, y_ref, _, by, _ = _forward(case)
-    assert tol.compare("y", torch.zeros_like(t.x), y_ref, by)
+    assert judge.compare("y", torch.zeros_like(t.x), y_ref, by)
 
 
 @settings(max_examples=40, deadline=None)
@@ -62,7 +62,7 @@ def test_rejects_all_zero_output(case):
 def test_rejects_a_one_element_shift(case):
     t, y_ref, _, by, _ = _forward(case)
     y, _ = correct_torch.forward(t.x, t.weight, case.eps)
-    assert tol.compare("y", y.roll(1, dims=-1), y_ref, by)
+    assert judge.compare("y", y.roll(1, dims=-1), y_ref, by)
 
 
 @settings(max_examples=40, deadline=None)
@@ -72,7 +72,7 @@ def test_rejects_swapped_rows(case):
     y, _ = correct_torch.forward(t.x, t.weight, case.eps)
     swapped = y.clone()
     swapped[[0, 1]] = y[[1, 0]]
-    assert tol.compare("y", swapped, y_ref, by)
+    assert judge.compare("y", swapped, y_ref, by)
 
 
 @settings(max_examples=40, deadline=None)
@@ -84,27 +84,27 @@ def test_rejects_backward_missing_a_term(case):
     g = t.grad_out.to(acc) * t.weight.to(acc)
     missing_x_term = (inv.unsqueeze(-1) * g).to(t.x.dtype)  # the -x * inv^2 * mean(g x) term dropped
     gx_ref, _, (bx, _) = _grads(case, t, inv)
-    assert tol.compare("grad_x", missing_x_term, gx_ref, bx)
+    assert judge.compare("grad_x", missing_x_term, gx_ref, bx)
 
 
 def test_nan_never_passes():
     ref = torch.ones(2, 3, dtype=torch.float64)
     got = ref.clone()
     got[1, 2] = float("nan")
-    m = tol.compare("y", got, ref, torch.full_like(ref, 1e9))
+    m = judge.compare("y", got, ref, torch.full_like(ref, 1e9))
     assert m and "worst at [row=1, col=2]" in str(m)
 
 
 def test_nonfinite_classes_must_match():
     ref = torch.tensor([[float("nan"), float("inf"), 1.0]], dtype=torch.float64)
-    assert not tol.compare("y", ref.clone(), ref, torch.zeros_like(ref))
-    assert tol.compare("y", torch.tensor([[0.0, float("inf"), 1.0]]), ref, torch.zeros_like(ref))
-    assert tol.compare("y", torch.tensor([[float("nan"), float("-inf"), 1.0]]), ref, torch.zeros_like(ref))
+    assert not judge.compare("y", ref.clone(), ref, torch.zeros_like(ref))
+    assert judge.compare("y", torch.tensor([[0.0, float("inf"), 1.0]]), ref, torch.zeros_like(ref))
+    assert judge.compare("y", torch.tensor([[float("nan"), float("-inf"), 1.0]]), ref, torch.zeros_like(ref))
 
 
 def test_a_true_value_past_the_dtype_range_may_round_to_inf():
     ref = torch.tensor([84787.75, -1.0], dtype=torch.float64)
     got = torch.tensor([float("inf"), -1.0], dtype=torch.float16)
-    assert not tol.compare("grad_x", got, ref, torch.tensor([100.0, 0.0], dtype=torch.float64))
-    assert tol.compare("grad_x", torch.tensor([float("-inf"), -1.0], dtype=torch.float16), ref,
+    assert not judge.compare("grad_x", got, ref, torch.tensor([100.0, 0.0], dtype=torch.float64))
+    assert judge.compare("grad_x", torch.tensor([float("-inf"), -1.0], dtype=torch.float16), ref,
                        torch.tensor([100.0, 0.0], dtype=torch.float64))
