@@ -210,9 +210,18 @@ class Target:
         if not (isinstance(out, (tuple, list)) and len(out) >= 2):
             raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
         gx, gw = out[0], out[1]
+        for gname, g in (("grad_x", gx), ("grad_weight", gw)):
+            for iname, t in (("grad_out", grad_out), ("x", x), ("weight", weight), ("inv_rms", inv)):
+                if isinstance(g, torch.Tensor) and isinstance(t, torch.Tensor) and g.numel() and _same_memory(g, t):
+                    raise LawFailure(f"backward returned {gname} in the memory of its input {iname}: it overwrites "
+                                     f"{iname} in place")
         check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
         check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
         return gx, gw
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
