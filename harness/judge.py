@@ -60,6 +60,7 @@ def compare(
     nan_ok: torch.Tensor | None = None,
     index_names: tuple[str, ...] = ("row", "col"),
     alternatives: tuple[tuple[str, torch.Tensor], ...] = (),
+    input_dtype: torch.dtype | None = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -67,7 +68,8 @@ def compare(
     be NaN; where ref is +-inf, got must be the same inf (strict_nonfinite) or any non-finite
     value; where ref is finite, got must be finite and within bound, or NaN where nan_ok.
     alternatives: (description, what got would be under that explanation) pairs tried on a
-    failure, for the diagnosis.
+    failure, for the diagnosis. input_dtype: the dtype the target was given (default got's);
+    errors the size of a dtype narrower than it are diagnosed as computed at that precision.
     """
     out = Mismatch(name)
     if tuple(got.shape) != tuple(ref.shape):
@@ -120,7 +122,8 @@ def compare(
         kinds.append(f"{nonfin} non-finite where the reference is finite")
     if kinds:
         out.messages.append(f"{name}: of those, " + "; ".join(kinds))
-    out.messages += [f"{name}: diagnosis: {d}" for d in diagnose(got, r, bound, bad, check & ref_finite, alternatives)]
+    out.messages += [f"{name}: diagnosis: {d}" for d in diagnose(got, r, bound, bad, check & ref_finite, alternatives,
+                                                                      input_dtype or got.dtype)]
     return out
 
 
@@ -141,7 +144,7 @@ def _poisoned(got: torch.Tensor) -> torch.Tensor:
     return torch.stack([(b == p).all(dim=-1) for p in POISON_BYTES]).any(dim=0)
 
 
-def diagnose(got, ref, bound, bad, finite_checked, alternatives=()) -> list[str]:
+def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=None) -> list[str]:
     """Explanations of a failure, each checked against the numbers (at most one per kind)."""
     out = []
     bad_c = bad.cpu()
@@ -164,7 +167,7 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=()) -> list[str]
     shifted = _neighbour(g, r, bnd, bad_c)
     if shifted:
         out.append(shifted)
-    precision = _narrower_precision(got.dtype, g, r, finite_checked.cpu() & torch.isfinite(g), bad_c)
+    precision = _narrower_precision(input_dtype or got.dtype, g, r, finite_checked.cpu() & torch.isfinite(g), bad_c)
     if precision:
         out.append(precision)
     return out
@@ -312,12 +315,12 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
         alts.append((f"y equals the result for x read in storage order as if it were contiguous: the strides "
                      f"{list(x.stride())} of x were ignored", forward_ref(alt_x, weight, eps)[0]))
     msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=_row_mask(exp.rows_ok, x.shape),
-                    nan_ok=nonfinite, alternatives=tuple(alts))]
+                    nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
     if inv is not None:
         inv_l = inv.reshape(tuple(x.shape[:-1]))
         b = exp.bound_inv + tol.unit_roundoff(inv.dtype) * exp.inv_ref.abs() * tol.SAFETY
         msgs.append(compare(f"{label}inv_rms", inv_l, exp.inv_ref, b, check=exp.stats.verifiable,
-                            index_names=("row",)))
+                            index_names=("row",), input_dtype=x.dtype))
         got = inv_l.detach().to(torch.float64)
         wrong = exp.nonfinite & ~(torch.isnan(got) | (got == 0))
         if bool(wrong.any()):
@@ -381,11 +384,12 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
             alts.append((f"grad_x equals the result for {what} read in storage order as if it were contiguous: the "
                          f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, weight, eps)[0]))
     msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=_row_mask(exp.rows_ok, x.shape),
-                    strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts))]
+                    strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
     if weight_grad and exp.weight_comparable:
         any_nonfinite = bool((~exp.stats.finite).any())
         msgs.append(compare(f"{label}grad_weight", gw, exp.gw_ref, exp.bound_w, strict_nonfinite=False,
-                            index_names=("col",), nan_ok=torch.full_like(exp.gw_ref, any_nonfinite, dtype=torch.bool)))
+                            index_names=("col",), nan_ok=torch.full_like(exp.gw_ref, any_nonfinite, dtype=torch.bool),
+                            input_dtype=x.dtype))
     return msgs, exp.unverified_rows
 
 

@@ -12,7 +12,8 @@ backward  |dx - dx_ref| <= S * [u_out |dx| + inv |g| (d_inv + 3u + u_in) + inv |
 
 u_in, the input dtype's unit roundoff, allows what eager PyTorch does in 16-bit dtypes: g = dy * w
 rounded to the input dtype (autograd through the weight's product), and the normalised value and
-its product with dy rounded to it before grad_weight's sum. u_out and u_w are the outputs' own
+its product with dy rounded to it before grad_weight's sum (each rounding also allowed half the
+input dtype's subnormal spacing, absolute: float16 products of 1e-6 are subnormal). u_out and u_w are the outputs' own
 last rounding; 2 u_out allows one extra rounding to the output dtype (the weight multiplied in
 low precision).
 d_range is the relative change that flushing fp32 subnormals can make to mean(x^2) + eps; a row
@@ -124,7 +125,9 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
         + inv * (xhat * c).abs() * (3 * d + 6 * ua)
         + inv * xhat.abs() * ((n + 2) * ua + uo) * gxh_abs / n
     )
-    atol_x = 4 * _tiny(acc) * (inv * (g.abs() + 1)) + _subnormal_half_spacing(x.dtype)
+    # g rounded to the input dtype may land in its subnormal range: half a spacing there, absolute.
+    h_in = _subnormal_half_spacing(x.dtype)
+    atol_x = 4 * _tiny(acc) * (inv * (g.abs() + 1)) + h_in + SAFETY * inv * h_in * (1 + xhat.abs())
     bound_x = SAFETY * term + atol_x
     rows = x64.reshape(-1, n)
     m = rows.shape[0]
@@ -135,5 +138,5 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
     dmax = float(d_rows.max()) if d_rows.numel() else 0.0
     bound_w = SAFETY * (
         unit_roundoff(gw_dtype) * gw_ref.abs() + ((m + 3) * ua + dmax + 2 * uo) * contrib_sum
-    ) + 4 * _tiny(acc) + _subnormal_half_spacing(gw_dtype)
+    ) + 4 * _tiny(acc) + _subnormal_half_spacing(gw_dtype) + SAFETY * 2 * m * _subnormal_half_spacing(x.dtype)
     return bound_x, bound_w
