@@ -79,10 +79,6 @@ def _fail(messages: list[str], case: Case, extra: str = "") -> None:
         raise LawFailure(f"{text}{extra}\n  case: {case.short()}")
 
 
-def _row_mask(mask_rows: torch.Tensor, shape) -> torch.Tensor:
-    return mask_rows.unsqueeze(-1).expand(shape)
-
-
 def forward_checked(target: Target, x, weight, eps, case: Case, *, poison_byte=POISON_NAN, label=""):
     """Run the target's forward and compare y (and inv_rms) with the float64 reference.
     Returns (y, inv, facts)."""
@@ -233,7 +229,7 @@ def scale_invariance(target: Target, case: Case):
     y1, _ = target.forward(t.x, t.weight, 0.0)
     y2, _ = target.forward(x2, t.weight, 0.0)
     exp = judge.expect_forward(t.x, t.weight, 0.0)
-    ok = _row_mask(exp.stats.verifiable & tol.row_stats(x2, 0.0).verifiable & exact, t.x.shape)
+    ok = judge.row_mask(exp.stats.verifiable & tol.row_stats(x2, 0.0).verifiable & exact, t.x.shape)
     # y1 and y2 each sit within bound of the same reference, so they differ by at most 2 * bound.
     _fail([judge.compare(f"y(2^{k} x) vs y(x)", y2, y1.to(torch.float64), 2 * exp.bound_y, check=ok)], case)
     return {"unverified_rows": int((~exact).sum())}
@@ -255,7 +251,7 @@ def rows_independent(target: Target, case: Case):
     sub = x2.index_select(0, idx)
     y_sub, inv_sub = target.forward(sub, t.weight, case.eps)
     exp = judge.expect_forward(sub, t.weight, case.eps)
-    ok = _row_mask(exp.stats.verifiable, sub.shape)
+    ok = judge.row_mask(exp.stats.verifiable, sub.shape)
     got_full = y_full.reshape(-1, n).index_select(0, idx)
     msgs = [judge.compare(f"y of rows {idx.tolist()[:8]} alone vs in the batch", y_sub, got_full.to(torch.float64),
                           2 * exp.bound_y, check=ok)]
@@ -281,7 +277,7 @@ def strided_equals_contiguous(target: Target, case: Case):
     y1, inv1 = target.forward(t.x, t.weight, case.eps)
     y2, inv2 = target.forward(xc, t.weight, case.eps)
     exp = judge.expect_forward(xc, t.weight, case.eps)
-    ok = _row_mask(exp.stats.verifiable, xc.shape)
+    ok = judge.row_mask(exp.stats.verifiable, xc.shape)
     msgs = [judge.compare(f"y of the {case.layout} x vs its contiguous copy", y1, y2.to(torch.float64),
                           2 * exp.bound_y, check=ok)]
     if target.has_backward:

@@ -52,11 +52,11 @@ def commit(ignore: tuple[str, ...] = ()) -> str:
 
 
 def cmd_build(args) -> int:
-    from .target import build_spec_for, parse_spec
+    from .target import build_spec_for, is_prebuilt, parse_spec
     from . import build
 
     spec = parse_spec(args.target)
-    if spec.startswith(("module:", "peer:")):
+    if is_prebuilt(spec):
         print(f"rmsnorm: {spec} is prebuilt; nothing to build")
         return 0
     from . import toolchain

@@ -64,7 +64,9 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
     from . import session
 
     tests = _collect(laws)
-    if not session.target_spec().startswith(("module:", "peer:")):
+    from .target import is_prebuilt
+
+    if not is_prebuilt(session.target_spec()):
         from . import toolchain
 
         print(f"fuzz: {toolchain.probe().line()}", file=sys.stderr)

@@ -301,20 +301,20 @@ def expect_forward(x, weight, eps, *, eager: bool = True) -> Forward:
     rows_ok = stats.verifiable | ~stats.finite
     if eager:
         y_e, _, _ = eager_ref(x, weight, eps)
-        bound_y = _eager_widened(bound_y, y_e, y_ref, _row_mask(stats.verifiable, x.shape), rowwise=True)
+        bound_y = _eager_widened(bound_y, y_e, y_ref, row_mask(stats.verifiable, x.shape), rowwise=True)
     return Forward(y_ref, inv_ref, bound_y, bound_inv, stats, rows_ok, ~stats.finite)
 
 
 def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | None = None) -> list[Mismatch]:
     """y (and inv_rms, when not None) against the float64 reference."""
     exp = exp or expect_forward(x, weight, eps)
-    nonfinite = _row_mask(exp.nonfinite, x.shape)
+    nonfinite = row_mask(exp.nonfinite, x.shape)
     alts = []
     alt_x = _strides_ignored(x)
     if alt_x is not None:
         alts.append((f"y equals the result for x read in storage order as if it were contiguous: the strides "
                      f"{list(x.stride())} of x were ignored", forward_ref(alt_x, weight, eps)[0]))
-    msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=_row_mask(exp.rows_ok, x.shape),
+    msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=row_mask(exp.rows_ok, x.shape),
                     nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
     if inv is not None:
         inv_l = inv.reshape(tuple(x.shape[:-1]))
@@ -364,7 +364,7 @@ def expect_backward(grad_out, x, weight, eps, inv=None, gw_dtype=None) -> Backwa
     bound_x, bound_w = tol.backward_bounds(grad_out, x, weight, stats, d_used, gx_ref, gw_ref, gw_dtype or weight.dtype)
     rows_ok = stats.verifiable | ~stats.finite
     _, ex, ew = eager_ref(x, weight, eps, grad_out)
-    bound_x = _eager_widened(bound_x, ex, gx_ref, _row_mask(stats.verifiable, x.shape), rowwise=True)
+    bound_x = _eager_widened(bound_x, ex, gx_ref, row_mask(stats.verifiable, x.shape), rowwise=True)
     if bool(rows_ok.all()):
         bound_w = _eager_widened(bound_w, ew, gw_ref, torch.ones_like(gw_ref, dtype=torch.bool), rowwise=False)
     return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok)
@@ -375,7 +375,7 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
     """grad_x and grad_weight against the float64 reference, given the inv_rms handed to the
     target's backward. Returns (mismatches, rows not compared)."""
     exp = expect_backward(grad_out, x, weight, eps, inv, gw.dtype)
-    nonfinite = _row_mask(~exp.stats.finite, x.shape)
+    nonfinite = row_mask(~exp.stats.finite, x.shape)
     alts = []
     for what, t in (("x", x), ("grad_out", grad_out)):
         alt = _strides_ignored(t)
@@ -383,7 +383,7 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
             a = (grad_out, alt) if what == "x" else (alt, x)
             alts.append((f"grad_x equals the result for {what} read in storage order as if it were contiguous: the "
                          f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, weight, eps)[0]))
-    msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=_row_mask(exp.rows_ok, x.shape),
+    msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=row_mask(exp.rows_ok, x.shape),
                     strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
     if weight_grad and exp.weight_comparable:
         any_nonfinite = bool((~exp.stats.finite).any())
@@ -393,5 +393,5 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
     return msgs, exp.unverified_rows
 
 
-def _row_mask(mask_rows: torch.Tensor, shape) -> torch.Tensor:
+def row_mask(mask_rows: torch.Tensor, shape) -> torch.Tensor:
     return mask_rows.unsqueeze(-1).expand(shape)

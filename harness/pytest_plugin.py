@@ -76,7 +76,9 @@ def pytest_sessionstart(session: pytest.Session):
     if _is_xdist_worker(config) or config.option.collectonly:
         return
     spec = _state.target_spec()
-    if spec.startswith(("module:", "peer:")):
+    from .target import is_prebuilt
+
+    if is_prebuilt(spec):
         return
     # Build once here, with the compiler's progress visible, so workers load from the cache.
     tr = config.pluginmanager.get_plugin("terminalreporter")
@@ -116,7 +118,9 @@ def collect_tally() -> "_state.Tally":
 
 def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str]:
     lines = [f"lane: {_state.lane()} — target {_state.target_spec()} on {_state.device()}"]
-    if not _state.target_spec().startswith(("module:", "peer:")):
+    from .target import is_prebuilt
+
+    if not is_prebuilt(_state.target_spec()):
         from . import toolchain
 
         verdict = toolchain.cached()

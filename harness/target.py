@@ -58,6 +58,11 @@ _CUDA_ERROR = re.compile(
 )
 
 
+def is_prebuilt(spec: str) -> bool:
+    """Whether the target is imported as it is (module:, peer:) rather than built here."""
+    return spec.startswith(("module:", "peer:"))
+
+
 def parse_spec(spec: str | None) -> str:
     """Normalise a target spec; raise ValueError with what was expected and given."""
     spec = (spec or PROJECT).strip()

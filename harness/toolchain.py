@@ -18,6 +18,7 @@ The verdict is cached per compiler, torch and Python in the build folder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -82,6 +83,7 @@ def _compiler() -> str:
         return cxx
 
 
+@functools.lru_cache(maxsize=None)
 def _cache_path() -> Path:
     import torch
 
