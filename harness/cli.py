@@ -22,6 +22,13 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default=None, help="folder of saved failing cases (default: corpus/)")
     p.add_argument("--lenient", action="store_true",
                    help="allow in-contract inputs to be rejected (default for targets other than 'project')")
+    c = p.add_argument_group("the target's contract (declared: drawn only inside it, refusals inside it fail; "
+                             "a module may declare RMSNORM_CONTRACT instead)")
+    c.add_argument("--dtypes", default=None, help="comma-separated: float32,float64,float16,bfloat16")
+    c.add_argument("--weight-dtypes", default=None, help="comma-separated: same (x's dtype), float32")
+    c.add_argument("--layouts", default=None, help="comma-separated layouts of x and grad_out (harness.cases.LAYOUTS)")
+    c.add_argument("--max-n", type=int, default=None, help="the largest N (last dimension) supported")
+    c.add_argument("--no-zero-rows", action="store_true", help="inputs with zero rows are not supported")
 
 
 def _apply_env(args) -> None:
@@ -35,6 +42,14 @@ def _apply_env(args) -> None:
         os.environ["RMSNORM_CORPUS"] = str(Path(args.corpus).resolve())
     if args.lenient:
         os.environ["RMSNORM_STRICT"] = "0"
+    from .contract import ENV, from_args
+
+    declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows)
+    if declared is not None:
+        import json
+
+        os.environ[ENV] = json.dumps(declared)
+        os.environ[ENV + "_FROM"] = "cli"
 
 
 def commit(ignore: tuple[str, ...] = ()) -> str:
@@ -75,25 +90,93 @@ def cmd_build(args) -> int:
     return 0
 
 
+DEFAULT_BUDGET_S = 1200.0  # 20 minutes: the gate in a CI job, with room for a cold build before it
+EXIT_PASSED, EXIT_FAILED, EXIT_SETUP, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CODES = ("exit codes: 0 passed; 1 the target failed (a law broke, or too few cases were checked); "
+              "2 usage or set-up error (no GPU, the target does not build or import, toolchain broken); "
+              "130 interrupted")
+
+
+class SetupError(Exception):
+    """The run cannot judge the target here: one line saying why, before any test runs."""
+
+
+def preflight(what: str) -> None:
+    """Set-up checks before any test runs: the device, the build, the target's import. Raises
+    SetupError with one line; the build's whole output is kept in .build/setup-error.log."""
+    import torch
+
+    from . import session
+    from .target import is_prebuilt
+    from .worker import HarnessError
+
+    spec, dev = session.target_spec(), session.device()
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise SetupError(f"device cuda was asked for, but torch {torch.__version__} sees no GPU here"
+                         + ("" if torch.version.cuda else " (a CPU-only build of torch)"))
+    if not is_prebuilt(spec):
+        p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], capture_output=True,
+                           text=True)
+        for line in p.stdout.splitlines():
+            if line.startswith("rmsnorm:"):
+                print(line, flush=True)
+        if p.returncode != 0:
+            log = ROOT / ".build" / "setup-error.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(p.stdout + p.stderr)
+            errors = [ln.strip() for ln in (p.stdout + p.stderr).splitlines()
+                      if "error" in ln.lower() and not ln.startswith("W")]
+            raise SetupError(f"target {spec} does not build: {(errors or ['see the log'])[-1][:300]} "
+                             f"(whole output: {log})")
+        os.environ["RMSNORM_BUILT"] = spec  # pytest's session start need not build it again
+    try:
+        session.runner()
+    except HarnessError as e:
+        lines = [ln for ln in str(e).splitlines()[1:] if ln.strip()] or [str(e)]
+        raise SetupError(f"target {spec} could not be loaded for {what}: {lines[0][:300]}") from None
+
+
+def _setup_failed(cmd: str, e: SetupError) -> int:
+    print(f"python3 -m harness {cmd}: set-up error: {e}", file=sys.stderr, flush=True)
+    return EXIT_SETUP
+
+
 def cmd_gate(args) -> int:
     import pytest
 
     _apply_env(args)
+    try:
+        preflight("the gate")
+    except SetupError as e:
+        return _setup_failed("gate", e)
+    if args.budget <= 0:
+        raise ValueError(f"gate: expected --budget > 0 seconds, but got {args.budget:g}")
+    from .session import BUDGET_ENV
+
+    os.environ[BUDGET_ENV] = str(time.time() + args.budget)
+    if args.workers:  # xdist workers start their own; this one was only the check
+        from . import session
+
+        session.stop_runner()
     junit = Path(args.junit).resolve()
     junit.parent.mkdir(parents=True, exist_ok=True)
     pytest_args = [str(ROOT / "properties"), f"--hypothesis-profile={args.profile}", f"--junitxml={junit}",
                    "-p", "no:cacheprovider", "-q", "-rfEs", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
+    if any(a.startswith("-v") or a == "--verbose" for a in args.pytest_args):
+        pytest_args.remove("-q")  # -v asks for the tracebacks the quiet reports leave out
     pytest_args += args.pytest_args
     t0 = time.perf_counter()
     code = pytest.main(pytest_args)
     from . import session
 
-    verdict = "PASSED" if code == 0 else "FAILED"
+    code = {pytest.ExitCode.OK: EXIT_PASSED, pytest.ExitCode.TESTS_FAILED: EXIT_FAILED,
+            pytest.ExitCode.INTERRUPTED: EXIT_INTERRUPTED}.get(code, EXIT_SETUP)
+    verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INTERRUPTED: "INTERRUPTED"}.get(code, "SET-UP ERROR")
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
-    return int(code)
+    return code
 
 
 def cmd_replay(args) -> int:
@@ -137,6 +220,10 @@ def cmd_fuzz(args) -> int:
     from .fuzz import fuzz
 
     _apply_env(args)
+    try:
+        preflight("fuzzing")
+    except SetupError as e:
+        return _setup_failed("fuzz", e)
     return fuzz(minutes=args.minutes, laws=args.laws.split(",") if args.laws else None, chunk=args.chunk)
 
 
@@ -165,7 +252,8 @@ def cmd_mutate(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness", description="RMSNorm extension and its correctness gate")
+    p = argparse.ArgumentParser(prog="python3 -m harness", description="RMSNorm extension and its correctness gate",
+                                epilog=EXIT_CODES)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="build (or find cached) the target extension")
@@ -173,11 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--verbose", action="store_true", help="show the compiler commands")
     b.set_defaults(fn=cmd_build)
 
-    g = sub.add_parser("gate", help="pre-merge gate: fixed seed and budget, the corpus, all laws")
+    g = sub.add_parser("gate", help="pre-merge gate: fixed seed and budget, the corpus, all laws", epilog=EXIT_CODES)
     _target_args(g)
     g.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
     g.add_argument("--junit", default=str(ROOT / ".build" / "gate-junit.xml"), help="where to write JUnit XML")
     g.add_argument("-n", "--workers", type=int, default=0, help="pytest-xdist workers (one GPU each when several)")
+    g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"wall-time budget in seconds (default {DEFAULT_BUDGET_S:.0f}): past it no law draws a new case; "
+                        "what was checked is judged against the coverage floor, and the laws cut short are named"),
     g.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     g.set_defaults(fn=cmd_gate)
 
@@ -220,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (ValueError, TypeError) as e:
-        print(f"python -m harness {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
+        print(f"python3 -m harness {args.cmd}: error: {e}", file=sys.stderr)
+        return EXIT_SETUP
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

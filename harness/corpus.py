@@ -1,6 +1,12 @@
 """The failure corpus: every shrunk failing case, saved as a self-contained JSON file and
 replayed on every later run.
 
+Cases are kept in a folder per target under the corpus root (corpus/project, corpus/peer-hf,
+corpus/sources-mykernel-1a2b3c4d, ...), so a user's extension never leaves its failures in this
+project's own replay. A run replays its target's own cases, then, as seeds, the cases of the
+other targets in the root and of regressions/ (cases this project keeps on purpose, committed),
+each labelled with where it came from when it fails.
+
 A file is named by the hash of (law, case), written atomically (temporary file, then rename),
 so several workers may save at once and the same failure is stored once.
 """
@@ -26,8 +32,33 @@ from .cases import Case, materialize
 SMALL_TENSOR_ELEMENTS = 4096  # store the tensors themselves up to this size
 
 
-def corpus_dir() -> Path:
+REGRESSIONS = ROOT / "regressions"
+
+
+def corpus_root() -> Path:
     return Path(os.environ.get("RMSNORM_CORPUS", ROOT / "corpus"))
+
+
+def target_folder(spec: str) -> str:
+    """The folder name of a target's cases: its kind and name; for sources, the first source's
+    folder or file name and a hash of their paths (stable while the files are edited)."""
+    import re
+
+    if ":" in spec.split(",")[0] and not spec.startswith("/"):
+        kind, name = spec.split(":", 1)
+        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{kind}-{name}")
+    if spec == "project":
+        return "project"
+    first = Path(spec.split(",")[0])
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"sources-{first.stem or first.name}-{digest}")
+
+
+def corpus_dir(spec: str | None = None) -> Path:
+    """The folder of the target's own cases (RMSNORM_TARGET's by default)."""
+    from .target import parse_spec
+
+    return corpus_root() / target_folder(parse_spec(spec if spec is not None else os.environ.get("RMSNORM_TARGET")))
 
 
 def case_id(law: str, case: Case) -> str:
@@ -73,7 +104,7 @@ def save(law: str, case: Case, *, error: str, target: dict, device: str, shrunk:
         "python": platform.python_version(),
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tensors_torch_save_b64": _tensors_blob(case),
-        "replay": f"python -m harness replay {path.name}",
+        "replay": f"python3 -m harness replay {path}",
     }
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
     try:
@@ -100,19 +131,33 @@ def load_entry(path: Path) -> Entry:
 
 
 def entries(law: str | None = None, directory: Path | None = None) -> list[Entry]:
-    d = Path(directory or corpus_dir())
+    """The target's own cases, or every case under directory (its subfolders too)."""
+    d = Path(directory) if directory is not None else corpus_dir()
     if not d.is_dir():
         return []
     out = []
-    for p in sorted(d.glob("*.json")):
+    for p in sorted(d.rglob("*.json") if directory is not None else d.glob("*.json")):
         e = load_entry(p)
         if law is None or e.law == law:
             out.append(e)
     return out
 
 
+def seeds(law: str) -> list[tuple[Entry, str]]:
+    """Cases of law saved for other targets, and kept in regressions/, with where each came from."""
+    own = corpus_dir().resolve()
+    out = []
+    root = corpus_root()
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and p.resolve() != own) if root.is_dir() else []
+    for folder in folders:
+        out += [(e, f"a seed from the corpus of another target ({folder.name})") for e in entries(law, folder)]
+    if REGRESSIONS.is_dir():
+        out += [(e, "a regression case this project keeps (regressions/)") for e in entries(law, REGRESSIONS)]
+    return out
+
+
 def resolve(name: str) -> Path:
-    """A corpus file by path, by file name in the corpus folder, or by its id."""
+    """A corpus file by path, by file name or id in the target's folder or anywhere in the root."""
     p = Path(name)
     if p.is_file():
         return p
@@ -120,7 +165,8 @@ def resolve(name: str) -> Path:
     for cand in (d / name, d / f"{name}.json"):
         if cand.is_file():
             return cand
-    hits = sorted(d.glob(f"*{name}*.json")) if d.is_dir() else []
+    d = corpus_root()
+    hits = sorted(d.rglob(f"*{name}*.json")) if d.is_dir() else []
     if len(hits) == 1:
         return hits[0]
     raise ValueError(f"no corpus case {name!r} (looked for a file, and in {d}); "

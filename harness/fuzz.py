@@ -30,6 +30,14 @@ def _collect(laws):
     return tests
 
 
+def _law_of(test: str) -> str:
+    """The law a test checks: test_forward_matches_reference_large checks forward_matches_reference."""
+    for suffix in ("_large", "_tall"):
+        if test.endswith(suffix):
+            return test[: -len(suffix)]
+    return test
+
+
 def _progress(stop: threading.Event, t0: float, deadline: float, state: dict) -> None:
     from . import session
 
@@ -72,10 +80,10 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
         print(f"fuzz: {toolchain.probe().line()}", file=sys.stderr)
     info = session.runner().info
     print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
-          f"{len(tests)} laws, {minutes:g} min", file=sys.stderr)
+          f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min", file=sys.stderr)
     t0 = time.time()
     deadline = t0 + minutes * 60
-    state = {"law": "-", "failed": {}, "not_run": {}}
+    state = {"law": "-", "failed": {}, "not_run": {}, "ran": set()}
     stop = threading.Event()
     th = threading.Thread(target=_progress, args=(stop, t0, deadline, state), daemon=True)
     th.start()
@@ -87,6 +95,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
                 if time.time() >= deadline:
                     break
                 state["law"] = law
+                state["ran"].add(law)
                 try:
                     fn()
                 except Skipped as e:
@@ -111,6 +120,9 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
 
     for line in summary_lines(session.TALLY, sorted(state["not_run"].items())):
         print(line)
+    never = [t for t, _ in tests if t not in state["ran"]]
+    if never:
+        print(f"never ran (the session ended before their turn): {', '.join(never)}")
     for f in session.TALLY.failures:
         print(f"FAILED {f['law']} [{f['status']}]: saved {f['file']}")
     for law, msg in state["failed"].items():

@@ -140,7 +140,7 @@ def _poisoned(got: torch.Tensor) -> torch.Tensor:
     t = got.detach()
     if not t.dtype.is_floating_point or t.numel() == 0:
         return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
-    b = t.contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())
+    b = t.reshape(-1).contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())  # 0-dim too
     return torch.stack([(b == p).all(dim=-1) for p in POISON_BYTES]).any(dim=0)
 
 

@@ -16,8 +16,9 @@ Modes that show real faults, with the diagnosis the gate must give:
   hf-float64     the same for the hf function, which upcasts only to float32
 
 hf, compiled and liger upcast to float32 and no further, so they are meant for float32,
-float16 and bfloat16: they refuse float64 with a clear error (the gate counts that as a
-rejection and reports it); the -float64 modes do not refuse it.
+float16 and bfloat16: they refuse float64 with a clear error, and hf and compiled declare that
+contract (RMSNORM_CONTRACT), so the gate draws only inside it; the -float64 modes do not refuse
+float64.
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ class Peer:
 
     device_types = ("cpu", "cuda")
 
-    def __init__(self, name: str, *, allow_float64: bool = True) -> None:
+    def __init__(self, name: str, *, allow_float64: bool = True, contract: dict | None = None) -> None:
         self.__name__ = f"peer:{name}"
         self.name = name
         self.allow_float64 = allow_float64
         self.memo = _EpsMemo()
+        if contract is not None:
+            self.RMSNORM_CONTRACT = contract  # harness.contract: drawn only inside it, held to it
 
     def check_float64(self, x) -> None:
         if x.dtype == torch.float64 and not self.allow_float64:
@@ -185,15 +188,22 @@ class Liger(Peer):
         return gx, gw
 
 
+# What the peers are meant for, declared (harness.contract): hf, compiled and Liger-Kernel upcast to
+# float32 and no further; Liger-Kernel's kernels take rows of at most 65536 (calculate_settings
+# refuses more, seen on the H200).
+UPCAST_TO_FLOAT32 = {"dtypes": ["float32", "float16", "bfloat16"]}
+LIGER = {"dtypes": ["float32", "float16", "bfloat16"], "max_n": 65536}
+
+
 def _registry():
     return {
-        "hf": lambda: Autograd("hf", hf_rms_norm, allow_float64=False),
+        "hf": lambda: Autograd("hf", hf_rms_norm, allow_float64=False, contract=UPCAST_TO_FLOAT32),
         "hf-float64": lambda: Autograd("hf-float64", hf_rms_norm),
         "native": Native,
-        "compiled": lambda: Autograd("compiled", _compiled_hf(), allow_float64=False),
-        "liger": lambda: Liger("liger", in_place=False, allow_float64=False),
-        "liger-inplace": lambda: Liger("liger-inplace", in_place=True, allow_float64=False),
-        "liger-float64": lambda: Liger("liger-float64", in_place=False),
+        "compiled": lambda: Autograd("compiled", _compiled_hf(), allow_float64=False, contract=UPCAST_TO_FLOAT32),
+        "liger": lambda: Liger("liger", in_place=False, allow_float64=False, contract=LIGER),
+        "liger-inplace": lambda: Liger("liger-inplace", in_place=True, allow_float64=False, contract=LIGER),
+        "liger-float64": lambda: Liger("liger-float64", in_place=False, contract={**LIGER, "dtypes": ["float64"]}),
     }
 
 

@@ -78,7 +78,7 @@ def pytest_sessionstart(session: pytest.Session):
     spec = _state.target_spec()
     from .target import is_prebuilt
 
-    if is_prebuilt(spec):
+    if is_prebuilt(spec) or os.environ.get("RMSNORM_BUILT") == spec:
         return
     # Build once here, with the compiler's progress visible, so workers load from the cache.
     tr = config.pluginmanager.get_plugin("terminalreporter")
@@ -93,6 +93,20 @@ def pytest_sessionstart(session: pytest.Session):
         raise pytest.UsageError(f"building target {spec} failed:\n{''.join(lines[-60:])}")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A law's failure is reported as the gate's own block (case, diagnosis, saved file,
+    replay command), without the harness's source or Hypothesis' notes; -v shows them all."""
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.when == "call" and rep.failed and call.excinfo is not None
+            and isinstance(call.excinfo.value, _state.GateFailure) and item.config.getoption("verbose") < 1):
+        rep.longrepr = f"{item.nodeid.split('::')[-1]}: {call.excinfo.value.args[0]}"
+        # Hypothesis would offer a patch that writes this target's failing case into this
+        # project's test files; the corpus keeps it instead.
+        item.__dict__.pop("_hypothesis_failing_examples", None)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus):
     d = os.environ.get("RMSNORM_TALLY_DIR")
     if d and _state.TALLY.by_law:
@@ -102,9 +116,63 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
     t = collect_tally()
     total = sum(sum(c.values()) for c in t.by_law.values())
     checked = sum(c["pass"] + c["fail"] + c["crash"] + c["hang"] for c in t.by_law.values())
-    if total and checked == 0:  # a target that rejects everything must not look green
+    if t.by_law and checked == 0:  # a target that rejects everything must not look green
         session.config._rmsnorm_nothing_checked = True
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if too_few_checked(t) or never_checked(t):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def coverage_floor() -> int:
+    """Cases a law must check (not refused, not skipped): RMSNORM_MIN_CHECKED, else 20 under the
+    gate and ci profiles (40 drawn a law), 5 under dev (20 drawn) and none under fuzz (whose
+    report lists the laws that never ran)."""
+    v = os.environ.get("RMSNORM_MIN_CHECKED")
+    if v:
+        if not v.isdigit():
+            raise ValueError(f"RMSNORM_MIN_CHECKED: expected a whole number, but got {v!r}")
+        return int(v)
+    from hypothesis import settings
+
+    name = settings.get_current_profile_name()
+    return {"gate": 20, "ci": 20, "dev": 5}.get(name, 0)
+
+
+CONTRACT_CATEGORIES = ("dtype", "weight", "layout")
+
+
+def never_checked(t) -> list[str]:
+    """Under a coverage floor and without a declared contract: the dtypes, weight dtypes and
+    layouts the target refused every time (3 cases or more). A gate cannot pass what it never
+    checked; a target that refuses them by design declares so (harness.contract)."""
+    if coverage_floor() == 0:
+        return []
+    try:
+        if _state.contract().declared:
+            return []
+    except Exception:  # noqa: BLE001 - the target did not load
+        return []
+    out = {}
+    for _, k, cat_val, _ in _state.refusal_causes(t):
+        if cat_val is not None and cat_val.split(" ")[0] in CONTRACT_CATEGORIES:
+            out[cat_val] = out.get(cat_val, 0) + k
+    return [f"{cv} ({k} case(s), every one refused)" for cv, k in sorted(out.items())]
+
+
+def too_few_checked(t) -> list[tuple[str, int, int, int]]:
+    """(law, checked, drawn, needed) for each law under the floor; a law with a small budget of
+    its own needs half of what it drew."""
+    floor = coverage_floor()
+    out = []
+    for law in sorted(set(t.by_law) | set(t.cut_short)):
+        c = t.by_law.get(law, {})
+        total = sum(c.values())
+        checked = c.get("pass", 0) + c.get("fail", 0) + c.get("crash", 0) + c.get("hang", 0)
+        # A law the budget cut short must have checked the floor itself before it ran out.
+        need = floor if law in t.cut_short else min(floor, -(-total // 2))
+        if checked < need:
+            out.append((law, checked, total, need))
+    return out
 
 
 def collect_tally() -> "_state.Tally":
@@ -129,6 +197,10 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
     if _state.lane() == "CPU":
         lines.append("not run in this lane: the CUDA kernels, CUDA-only laws (current stream, CUDA graphs) and "
                      "compute-sanitizer; run the suite on a GPU for those")
+    try:
+        lines.append(_state.contract().describe())
+    except Exception:  # noqa: BLE001 - the target did not load: the set-up error says why
+        pass
     if skipped:
         lines.append("not run: " + "; ".join(f"{n} ({why})" for n, why in skipped))
     if t.by_law:
@@ -138,17 +210,31 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
             total = sum(c.values())
             bad = c["fail"] + c["crash"] + c["hang"]
             lines.append(f"{law:34} {total:7d} {c['pass']:7d} {c['rejected']:9d} {bad:7d} {t.seconds[law]:8.1f}")
-    rej = []
-    for cat, counts in sorted(t.rejected_by_cat.items()):
-        for val, k in sorted(counts.items()):
-            seen = t.seen_by_cat[cat][val]
-            rej.append(f"{cat} {val}: rejected {100 * k / seen:.0f}% ({k} of {seen})")
-    if rej:
-        lines.append("rejected by the target (allowed, but not checked): " + "; ".join(rej))
-        for msg in list(t.reject_examples.values())[:3]:
-            lines.append(f"  e.g. {msg[:200]}")
+    refusals = _state.explain_refusals(t)
+    if refusals:
+        n = len(t.refusals)
+        lines.append(f"refused by the target ({n} case(s); allowed without a declared contract, but not checked):")
+        lines += refusals
+    unchecked = never_checked(t)
+    if unchecked:
+        lines.append("FAIL coverage: never checked, every case refused: " + "; ".join(unchecked)
+                     + ". If that is by design, declare the contract (--dtypes/--weight-dtypes/--layouts, or "
+                     "RMSNORM_CONTRACT in the module) and the gate draws only inside it")
+    if t.cut_short:
+        lines.append("cut short by the wall-time budget: " + ", ".join(sorted(t.cut_short))
+                     + " (what they checked is judged; the rest was not drawn)")
+    for law, checked, total, need in too_few_checked(t):
+        if law in t.cut_short:
+            lines.append(f"FAIL {law}: too few cases checked: {checked} before the wall-time budget ran out, "
+                         f"{need} needed; give the gate a larger --budget")
+        else:
+            lines.append(f"FAIL {law}: too few cases checked: {checked} of {total} ({total - checked} refused), "
+                         f"{need} needed; declare the target's contract (--dtypes ..., RMSNORM_CONTRACT) so "
+                         "that cases are drawn inside it")
     if t.unverified_rows:
-        lines.append(f"rows outside the accumulation type's range, not compared: {t.unverified_rows}")
+        lines.append(f"rows not compared: {t.unverified_rows} (their sum of squares leaves the accumulation "
+                     "type's range, overflowing or in its subnormal range, where the right answer depends on the "
+                     "implementation)")
     if t.worker["restarts"] or t.worker["kept"]:
         from .worker import start_method
 

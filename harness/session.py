@@ -22,6 +22,9 @@ from .target import default_device, identity_of, parse_spec
 from .worker import HarnessError, Runner, Verdict, lane_of
 
 _RUNNER: Runner | None = None
+_CONTRACT = None
+FAILED_LAWS: set[str] = set()  # laws that failed in this process: the budget never cuts their shrinking
+SEED_ORIGIN: dict = {}  # (law, case) -> where a replayed case came from, when not the target's own corpus
 _IDENTITY: dict | None = None
 _SAVED_PROVISIONAL: dict[str, Path] = {}
 
@@ -34,15 +37,26 @@ class Tally:
         self.rejected_by_cat: dict[str, Counter] = defaultdict(Counter)
         self.seen_by_cat: dict[str, Counter] = defaultdict(Counter)
         self.reject_examples: dict[str, str] = {}
+        # (refusal message with numbers blanked, the case's categories and N) for each refusal, and
+        # (categories, N) of each accepted case: what the summary explains the refusals by.
+        self.refusals: list[tuple[str, dict, int]] = []
+        self.accepted: list[tuple[dict, int]] = []
         self.seconds: Counter = Counter()
         self.unverified_rows = 0
         self.failures: list[dict] = []
+        self.cut_short: Counter = Counter()  # laws the wall-time budget stopped
         self.worker = Counter()  # restarts (after crashes and hangs), kept (carried on after a CUDA error)
 
     def add(self, law: str, case: Case, v: Verdict) -> None:
         self.by_law[law][v.status] += 1
         self.seconds[law] += v.seconds
         self.unverified_rows += int(v.facts.get("unverified_rows", 0)) if v.facts else 0
+        if law in _OWN_DTYPE_LAWS:
+            return  # it ran in another dtype than the case's: its refusals say nothing about the case's categories
+        if v.status == "rejected":
+            self.refusals.append((cause_of(v.message), case.categories(), case.n))
+        else:
+            self.accepted.append((case.categories(), case.n))
         for k, val in case.categories().items():
             self.seen_by_cat[k][val] += 1
             if v.status == "rejected":
@@ -56,10 +70,13 @@ class Tally:
             "rejected_by_cat": {k: dict(c) for k, c in self.rejected_by_cat.items()},
             "seen_by_cat": {k: dict(c) for k, c in self.seen_by_cat.items()},
             "reject_examples": self.reject_examples,
+            "refusals": self.refusals,
+            "accepted": self.accepted,
             "seconds": dict(self.seconds),
             "unverified_rows": self.unverified_rows,
             "failures": self.failures,
             "worker": dict(self.worker),
+            "cut_short": dict(self.cut_short),
         }
 
     def merge(self, d: dict) -> None:
@@ -70,13 +87,67 @@ class Tally:
         for k, c in d.get("seen_by_cat", {}).items():
             self.seen_by_cat[k].update(c)
         self.reject_examples.update(d.get("reject_examples", {}))
+        self.refusals += [tuple(r) for r in d.get("refusals", [])]
+        self.accepted += [tuple(a) for a in d.get("accepted", [])]
         self.seconds.update(d.get("seconds", {}))
         self.unverified_rows += d.get("unverified_rows", 0)
         self.failures += d.get("failures", [])
         self.worker.update(d.get("worker", {}))
+        self.cut_short.update(d.get("cut_short", {}))
+
+
+def cause_of(message: str) -> str:
+    """A refusal's message with numbers blanked, so refusals of one kind group together."""
+    import re
+
+    first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+    return re.sub(r"(?<![A-Za-z_\d])\d+(\.\d+)?(e[+-]?\d+)?", "N", first)[:200]
+
+
+def refusal_causes(t: "Tally") -> list[tuple[str, int, str | None, str]]:
+    """(refusal message with numbers blanked, how many, the category that explains it or None,
+    the explanation or "") for each kind of refusal, most frequent first. The explanation is the
+    smallest thing every such case shares and no accepted case has: one category value, else N
+    past the largest N accepted; not a cross-table of every category."""
+    from collections import defaultdict as dd
+
+    groups: dict[str, list] = dd(list)
+    for cause, cats, n in t.refusals:
+        groups[cause].append((cats, n))
+    out = []
+    for cause, cases in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        cat_why, why = None, ""
+        for cat in cases[0][0]:
+            vals = {c[cat] for c, _ in cases}
+            if len(vals) == 1:
+                val = vals.pop()
+                if not any(a[cat] == val for a, _ in t.accepted):
+                    cat_why, why = f"{cat} {val}", f"{cat} {val} (every such case refused)"
+                    break
+        largest = max((n for _, n in t.accepted), default=None)
+        if cat_why is None and largest is not None and min(n for _, n in cases) > largest:
+            why = f"N >= {min(n for _, n in cases)} (the smallest N refused; the largest accepted: {largest})"
+        out.append((cause, len(cases), cat_why, why))
+    return out
+
+
+def explain_refusals(t: "Tally") -> list[str]:
+    """One line per kind of refusal: how many, and what explains it (refusal_causes)."""
+    return [f"  {k} refused with \"{cause}\": " + (f"explained by {why}" if why else "no single category explains it")
+            for cause, k, _, why in refusal_causes(t)]
+
+
+# Laws that run the target in another dtype than the case's (gradcheck: float64, else float32),
+# so a refusal there says nothing about the case's dtype, nor about the declared dtypes.
+_OWN_DTYPE_LAWS = ("gradcheck",)
 
 
 TALLY = Tally()
+
+
+class GateFailure(AssertionError):
+    """A law failed on the target. The message is the whole report: what was wrong, the
+    diagnosis, the shrunk case, where it was saved and how to replay it."""
 
 
 def target_spec() -> str:
@@ -114,6 +185,44 @@ def runner() -> Runner:
     return _RUNNER
 
 
+def stop_runner() -> None:
+    global _RUNNER
+    if _RUNNER is not None:
+        _RUNNER.stop()
+        _RUNNER = None
+
+
+def contract():
+    """The target's contract: from the command line or RMSNORM_CONTRACT, else what its module
+    declares (asked of the worker), else none declared."""
+    global _CONTRACT
+    if _CONTRACT is None:
+        from .contract import Contract, from_env
+
+        c = from_env()
+        if c is None:
+            declared = runner().info.get("contract")
+            c = Contract.from_dict(declared, f"declared by {target_spec()}") if declared else Contract()
+        _CONTRACT = c
+    return _CONTRACT
+
+
+def steer(case: Case) -> bool:
+    """Without a declared contract: whether to keep a drawn case. A category value the target has
+    refused every time so far (3 times or more, never accepted) is drawn only 1 time in 32, so that
+    drawing goes where the target accepts and what it refuses is still watched."""
+    if contract().declared:
+        return True
+    import zlib
+
+    watch = zlib.crc32(case.to_json().encode()) % 32 == 0  # the 1 in 32 kept, the same on every run
+    for cat, val in case.categories().items():
+        seen = TALLY.seen_by_cat[cat][val]
+        if seen >= 3 and TALLY.rejected_by_cat[cat][val] == seen and not watch:
+            return False
+    return True
+
+
 def identity() -> dict:
     global _IDENTITY
     if _IDENTITY is None:
@@ -135,13 +244,25 @@ def check(law: str, case: Case) -> Verdict:
     saving the case to the corpus (provisionally at once, for good once Hypothesis has shrunk it)."""
     r = runner()
     _require(law, r.info)
+    c = contract()
+    if c.declared and not c.allows(case):
+        if (law, case) in SEED_ORIGIN:  # another target's case: not this target's business
+            return Verdict("not_applicable", "a seed outside the declared contract")
+        _skip(law, f"outside the declared {c.describe().split(' (drawn')[0]}")
+    _budget_check(law)
     v = r.check(law, case)
+    if v.status == "rejected" and c.declared and law not in _OWN_DTYPE_LAWS:
+        v = Verdict("fail", f"{v.message}\n  (refused an input inside the target's {c.describe().split(' (drawn')[0]})"
+                            f"\n  case: {case.short()}", v.facts, v.seconds)
     TALLY.add(law, case, v)
     if v.status in ("pass", "rejected"):
         return v
     if v.status == "not_applicable":
         raise HarnessError(f"law {law} drew a case it does not apply to ({v.message}): fix its strategy")
+    FAILED_LAWS.add(law)
     message = f"[{v.status}] {v.message}"
+    if (law, case) in SEED_ORIGIN:
+        message += f"\n  (this case is {SEED_ORIGIN[(law, case)]})"
     final = _is_final()
     try:
         if final:
@@ -150,13 +271,13 @@ def check(law: str, case: Case) -> Verdict:
             if prev is not None and prev != path:
                 prev.unlink(missing_ok=True)
             TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message})
-            message += f"\n  saved: {path}\n  replay: python -m harness replay {path}"
+            message += f"\n  saved: {path}\n  replay: python3 -m harness replay {path}"
         elif law not in _SAVED_PROVISIONAL:  # first failure of the law: keep it even if we are stopped
             _SAVED_PROVISIONAL[law] = corpus.save(law, case, error=message, target=identity(), device=r.device,
                                                   shrunk=False)
     except OSError as e:
         message += f"\n  (could not save the case: {e})"
-    raise AssertionError(message)
+    raise GateFailure(message)
 
 
 def _require(law: str, info_: dict) -> None:
@@ -175,6 +296,29 @@ def _require(law: str, info_: dict) -> None:
         except ImportError:
             raise NotApplicable(why) from None
         pytest.skip(f"{law}: {why}")
+
+
+BUDGET_ENV = "RMSNORM_BUDGET_END"  # epoch seconds after which no new case is drawn
+
+
+def _budget_check(law: str) -> None:
+    """Past the run's wall-time budget, a law that has not failed stops drawing: its test ends as
+    skipped ("cut short"), and what it checked is still judged against the coverage floor."""
+    end = os.environ.get(BUDGET_ENV)
+    if end and time.time() > float(end) and law not in FAILED_LAWS:
+        TALLY.cut_short[law] += 1
+        _skip(law, "cut short by the wall-time budget (--budget)")
+
+
+def _skip(law: str, why: str) -> None:
+    """Skip under pytest (the summary lists it as not run), else NotApplicable."""
+    from .target import NotApplicable
+
+    try:
+        import pytest
+    except ImportError:
+        raise NotApplicable(why) from None
+    pytest.skip(f"{law}: {why}")
 
 
 def lane() -> str:

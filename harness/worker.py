@@ -59,7 +59,17 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     except BaseException as e:  # noqa: BLE001
         conn.send({"status": "load_error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
         return
+    from .contract import Contract, from_module
+
+    try:
+        declared = from_module(t.module)
+        if declared is not None:
+            Contract.from_dict(declared, f"declared by {spec}")
+    except (TypeError, ValueError) as e:
+        conn.send({"status": "load_error", "message": f"{type(e).__name__}: the target's RMSNORM_CONTRACT: {e}"})
+        return
     conn.send({"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
+               "contract": declared,
                "has_ops": t.has_ops, "device": str(t.device),
                "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None})
     while True:

@@ -10,6 +10,7 @@ import math
 
 from hypothesis import assume, strategies as st
 
+from harness import session
 from harness.cases import DTYPES, LAYOUTS, PATTERNS, Case, layout_possible
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
@@ -86,17 +87,24 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     # choice from one example into the next, so a 1-in-25 draw of its own came out in 9 of 40
     # derandomized cases, and unit weights (which hide a wrongly indexed weight) in 23 of 40,
     # every one of the rows longer than 8 among them.
+    # Inside the target's declared contract (harness.contract), when it declares one.
+    c = session.contract()
+    dtypes = tuple(d for d in dtypes if d in c.dtypes) or dtypes
+    layouts = tuple(l for l in layouts if l in c.layouts) or layouts
+    grad_layouts = tuple(l for l in grad_layouts if l in c.layouts) or grad_layouts
+    if c.max_n is not None:
+        shape_kw = dict(shape_kw, max_n=min(shape_kw["max_n"], c.max_n))
     seed = draw(st.integers(0, 2**31 - 1))
-    shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3))
+    shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows))
     dtype = draw(st.sampled_from(dtypes))
-    wdt = draw(st.sampled_from(("same", "float32")))
+    wdt = draw(st.sampled_from(tuple(w for w in ("same", "float32") if w in c.weight_dtypes)))
     okl = [l for l in layouts if layout_possible(l, shape)]
     assume(okl)  # e.g. an empty tensor cannot be strided
     layout = draw(st.sampled_from(okl))
     okg = [l for l in grad_layouts if layout_possible(l, shape)]
     grad_layout = draw(st.sampled_from(okg)) if okg else "contiguous"
     e = draw(st.one_of(st.sampled_from(EPS_CHOICES), st.floats(0.0, 1.0))) if eps is None else draw(st.sampled_from(eps))
-    return Case(
+    case = Case(
         shape=shape,
         dtype=dtype,
         weight_dtype=dtype if wdt == "same" else "float32",
@@ -108,6 +116,8 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         ("ones" if "ones" in weight_patterns and seed % 8 == 7 else next(w for w in weight_patterns if w != "ones")),
         seed=seed,
     )
+    assume(session.steer(case))  # away from what the target has refused every time so far
+    return case
 
 
 def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
@@ -162,14 +172,23 @@ NONCONTIGUOUS = tuple(l for l in LAYOUTS if l != "contiguous")
 
 def replay_corpus(law: str):
     """Decorator (outside @given): replay every saved failing case of law first, as an
-    explicit example, on every run."""
+    explicit example, on every run: the target's own, then seeds from other targets' folders
+    and regressions/ (labelled with where they came from when they fail)."""
     from hypothesis import example
 
     from harness import corpus
 
     def deco(test):
-        for entry in reversed(corpus.entries(law)):
-            test = example(case=entry.case)(test)
+        own = corpus.entries(law)
+        seen = {e.case for e in own}
+        chosen = [e.case for e in own]
+        for entry, origin in corpus.seeds(law):
+            if entry.case not in seen:
+                seen.add(entry.case)
+                chosen.append(entry.case)
+                session.SEED_ORIGIN[(law, entry.case)] = origin
+        for case in reversed(chosen):
+            test = example(case=case)(test)
         return test
 
     return deco

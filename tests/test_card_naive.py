@@ -11,7 +11,7 @@ def test_the_suite_catches_the_card_kernel(tmp_path):
                            "--target", "examples/card_naive", "--corpus", str(tmp_path), "--hypothesis-profile=ci")
     assert code == 1, out
     assert "rejected" in out, out  # float16, bfloat16 and float64 are refused by data_ptr<float>()
-    saved = sorted(tmp_path.glob("*.json"))
+    saved = sorted(tmp_path.rglob("*.json"))  # in the target's folder of the corpus
     assert saved, out
     doc = json.loads(saved[0].read_text())
     assert doc["shrunk"] and doc["target"]["spec"].endswith("examples/card_naive")

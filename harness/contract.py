@@ -1,0 +1,120 @@
+"""What a target declares it supports: dtypes, weight dtypes, layouts, the largest N, zero rows.
+
+A target declares it on the command line (``--dtypes float32 --layouts contiguous``), in the
+environment (RMSNORM_CONTRACT, JSON), or as an attribute of its module (``RMSNORM_CONTRACT = {...}``
+in Python, ``m.attr("RMSNORM_CONTRACT") = py::dict(...)`` in a pybind11 module); the command line
+and the environment win. The gate then draws only inside the contract and holds the target to
+it: a refusal of an input inside a declared contract is a failure. Without a declaration every
+input is drawn, refusals are allowed, and drawing steers away from what the target has refused
+every time so far (harness.session.steer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from .cases import DTYPES, LAYOUTS, Case
+
+WEIGHT_CHOICES = ("same", "float32")  # the weight in x's dtype, or float32
+KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "zero_rows")
+
+
+@dataclass(frozen=True)
+class Contract:
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+    weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
+    layouts: tuple[str, ...] = LAYOUTS
+    max_n: int | None = None
+    zero_rows: bool = True
+    source: str = ""  # where it was declared; "" when nothing was
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.source)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str) -> "Contract":
+        """Validate a declaration; ValueError saying what was expected and what was given."""
+        if not isinstance(d, dict):
+            raise ValueError(f"contract ({source}): expected a dict with keys from {KEYS}, but got {d!r}")
+        unknown = set(d) - set(KEYS)
+        if unknown:
+            raise ValueError(f"contract ({source}): unknown keys {sorted(unknown)}; expected some of {KEYS}")
+
+        def choice(key, allowed):
+            vals = tuple(d.get(key, allowed))
+            bad = [v for v in vals if v not in allowed]
+            if bad or not vals:
+                raise ValueError(f"contract ({source}): expected {key} from {tuple(allowed)}, but got {list(vals)}")
+            return vals
+
+        max_n = d.get("max_n")
+        if max_n is not None and (not isinstance(max_n, int) or max_n < 1):
+            raise ValueError(f"contract ({source}): expected max_n to be an int >= 1, but got {max_n!r}")
+        zero = d.get("zero_rows", True)
+        if not isinstance(zero, bool):
+            raise ValueError(f"contract ({source}): expected zero_rows to be true or false, but got {zero!r}")
+        return cls(dtypes=choice("dtypes", tuple(DTYPES)), weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
+                   layouts=choice("layouts", LAYOUTS), max_n=max_n, zero_rows=zero, source=source)
+
+    def to_dict(self) -> dict:
+        return {"dtypes": list(self.dtypes), "weight_dtypes": list(self.weight_dtypes),
+                "layouts": list(self.layouts), "max_n": self.max_n, "zero_rows": self.zero_rows}
+
+    def allows(self, case: Case) -> bool:
+        weight_ok = (("same" in self.weight_dtypes and case.weight_dtype == case.dtype)
+                     or ("float32" in self.weight_dtypes and case.weight_dtype == "float32"))
+        return (case.dtype in self.dtypes and weight_ok
+                and case.layout in self.layouts and case.grad_layout in self.layouts
+                and (self.max_n is None or case.n <= self.max_n) and (self.zero_rows or case.rows > 0))
+
+    def describe(self) -> str:
+        if not self.declared:
+            return "contract: none declared (every input is drawn; refusals are allowed and reported)"
+        parts = [f"dtypes {','.join(self.dtypes)}", f"weight {','.join(self.weight_dtypes)}"]
+        if tuple(self.layouts) != LAYOUTS:
+            parts.append(f"layouts {','.join(self.layouts)}")
+        if self.max_n is not None:
+            parts.append(f"N <= {self.max_n}")
+        if not self.zero_rows:
+            parts.append("no zero rows")
+        return f"contract ({self.source}): " + "; ".join(parts) + " (drawn only inside it; a refusal inside it fails)"
+
+
+ENV = "RMSNORM_CONTRACT"
+
+
+def from_env() -> Contract | None:
+    v = os.environ.get(ENV)
+    if not v:
+        return None
+    try:
+        d = json.loads(v)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{ENV}: expected JSON, but got {v!r} ({e})") from None
+    return Contract.from_dict(d, "command line" if os.environ.get(ENV + "_FROM") == "cli" else ENV)
+
+
+def from_module(module) -> dict | None:
+    """The module's RMSNORM_CONTRACT attribute as a plain dict (validated by the caller)."""
+    d = getattr(module, "RMSNORM_CONTRACT", None)
+    return None if d is None else {str(k): (list(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(d).items()}
+
+
+def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
+              no_zero_rows: bool) -> dict | None:
+    """A declaration from command-line options, or None when none was given."""
+    d: dict = {}
+    for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts)):
+        if val:
+            d[key] = [v for v in val.split(",") if v]
+    if max_n is not None:
+        d["max_n"] = max_n
+    if no_zero_rows:
+        d["zero_rows"] = False
+    if not d:
+        return None
+    Contract.from_dict(d, "command line")  # validate now: a usage error before anything runs
+    return d

@@ -1,0 +1,105 @@
+"""What the gate tells a kernel author: set-up errors apart from failures (exit codes), a declared
+contract, coverage floors, refusals by cause, quiet failure blocks, a corpus per target, a
+wall-time budget (issue: a gate report a kernel author can act on)."""
+
+import json
+
+import pytest
+import torch
+
+from harness import corpus
+from harness.build import ROOT
+from harness.cases import Case
+from tests._run import run
+
+
+def gate(*args, env=None):
+    return run(["-m", "harness", "gate", "--device", "cpu", *args], env=env, timeout=900)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_no_gpu_is_a_set_up_error_in_one_line():
+    code, out = run(["-m", "harness", "gate", "--device", "cuda"], timeout=300)
+    assert code == 2, out
+    assert out.strip().splitlines()[-1].startswith("python3 -m harness gate: set-up error: device cuda was asked for")
+    assert "Traceback" not in out and "KeyError" not in out, out
+
+
+def test_a_target_that_does_not_import_or_build_is_a_set_up_error(tmp_path):
+    code, out = gate("--target", "module:no_such_module_here")
+    assert code == 2 and "set-up error: target module:no_such_module_here could not be loaded" in out, out
+    (tmp_path / "broken.cpp").write_text("int x = ;\n")
+    code, out = gate("--target", str(tmp_path))
+    assert code == 2 and "does not build" in out and "broken.cpp" in out, out
+
+
+def test_the_example_passes_with_its_contract_and_fails_coverage_without(tmp_path):
+    code, out = gate("--target", "examples/float32_only", "--dtypes", "float32", "--corpus", str(tmp_path))
+    assert code == 0, out[-3000:]
+    assert "contract (command line): dtypes float32" in out
+    code, out = gate("--target", "examples/float32_only", "--corpus", str(tmp_path))
+    assert code == 1, out[-3000:]
+    assert "FAIL coverage: never checked, every case refused: dtype bfloat16" in out, out[-3000:]
+    assert "explained by dtype float64 (every such case refused)" in out, out[-3000:]
+
+
+def test_a_contract_declared_by_the_module_is_drawn_inside_and_held_to(tmp_path):
+    code, out = gate("--target", "module:tests.targets.float32_declared", "--corpus", str(tmp_path))
+    assert code == 0 and "contract (declared by module:tests.targets.float32_declared): dtypes float32" in out, out[-3000:]
+    code, out = gate("--target", "module:tests.targets.short_rows", "--corpus", str(tmp_path), "--",
+                     "-k", "test_forward_matches_reference", env={"RMSNORM_SHORT_ROWS_DECLARE": "1"})
+    assert code == 1 and "refused an input inside the target's contract" in out, out[-3000:]
+
+
+def test_too_few_cases_checked_fails_and_the_refusal_is_explained(tmp_path):
+    code, out = gate("--target", "module:tests.targets.short_rows", "--corpus", str(tmp_path), "--",
+                     "-k", "test_forward_matches_reference or test_rows_independent")
+    assert code == 1, out[-3000:]
+    assert "too few cases checked" in out and "(the smallest N refused; the largest accepted: " in out, out[-3000:]
+    assert "FAIL coverage" not in out, out[-3000:]  # N explains the refusals, not a dtype or a layout
+
+
+def test_a_failure_is_one_quiet_block_and_its_case_lands_in_the_targets_folder(tmp_path):
+    args = ("--target", "module:tests.targets.wrong_tail", "--corpus", str(tmp_path), "--", "-k",
+            "test_forward_matches_reference")
+    code, out = gate(*args)
+    assert code == 1, out[-3000:]
+    assert "replay: python3 -m harness replay" in out and "case: shape=" in out and "saved: " in out, out[-3000:]
+    assert "def check(" not in out and "git apply" not in out and "Explanation:" not in out, out[-3000:]
+    saved = list((tmp_path / "module-tests.targets.wrong_tail").glob("*.json"))
+    assert saved, list(tmp_path.rglob("*"))
+    code, out = gate(*args[:-2], "-k", "test_forward_matches_reference", "-v")
+    assert code == 1 and "harness/session.py" in out, out[-3000:]  # -v brings the traceback back
+
+
+def test_other_targets_cases_are_seeds_labelled_with_where_they_came_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("RMSNORM_CORPUS", str(tmp_path))
+    monkeypatch.setenv("RMSNORM_TARGET", "peer:hf")
+    case = Case(shape=(2, 7))
+    corpus.save("forward_matches_reference", case, error="x", target={"spec": "peer:native"}, device="cpu",
+                directory=tmp_path / corpus.target_folder("peer:native"))
+    own = corpus.save("forward_matches_reference", Case(shape=(3, 5)), error="y", target={"spec": "peer:hf"},
+                      device="cpu")
+    assert own.parent.name == "peer-hf"
+    assert [e.case for e in corpus.entries("forward_matches_reference")] == [Case(shape=(3, 5))]
+    seeds = corpus.seeds("forward_matches_reference")
+    assert any(e.case == case and "another target (peer-native)" in why for e, why in seeds), seeds
+    kept = corpus.seeds("backward_matches_reference")
+    assert any("regressions/" in why for e, why in kept), kept  # the committed regressions folder
+    assert "/corpus/" in (ROOT / ".gitignore").read_text().splitlines()
+    doc = json.loads(own.read_text())
+    assert doc["replay"].startswith("python3 -m harness replay ")
+
+
+def test_a_wall_time_budget_cuts_laws_short_and_judges_what_they_checked(tmp_path):
+    code, out = gate("--target", "module:tests.targets.float32_declared", "--budget", "2", "--corpus", str(tmp_path))
+    assert code == 1, out[-3000:]
+    assert "cut short by the wall-time budget:" in out and "give the gate a larger --budget" in out, out[-3000:]
+
+
+def test_a_single_element_is_named_as_such():
+    from harness import judge
+
+    ref = torch.tensor(2.0, dtype=torch.float64)
+    m = judge.compare("inv_rms", torch.tensor(3.0), ref, torch.tensor(0.1, dtype=torch.float64))
+    assert "1 of 1 compared elements wrong; the element: expected 2" in str(m), m
