@@ -53,7 +53,7 @@ def main() -> int:
     import torch
 
     from harness import cli
-    from harness.checks import LAWS
+    from harness.laws import LAWS
     from harness.target import default_device
     from harness.worker import Runner, lane_of
 

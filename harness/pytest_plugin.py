@@ -114,7 +114,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
     if _is_xdist_worker(session.config):
         return
     t = collect_tally()
-    total = sum(sum(c.values()) for c in t.by_law.values())
     checked = sum(c["pass"] + c["fail"] + c["crash"] + c["hang"] for c in t.by_law.values())
     if t.by_law and checked == 0:  # a target that rejects everything must not look green
         session.config._rmsnorm_nothing_checked = True

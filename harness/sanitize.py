@@ -41,7 +41,7 @@ def sample(count: int, seed: int = 0) -> list[Case]:
 
 
 def inner(spec: str, count: int) -> int:
-    from . import checks
+    from . import laws
     from .target import Crashed, LawFailure, Rejected, load
 
     t = load(spec, "cuda", strict=False)
@@ -51,7 +51,7 @@ def inner(spec: str, count: int) -> int:
             if law.startswith("backward") and not t.has_backward:
                 continue
             try:
-                checks.run_law(t, law, case)
+                laws.run_law(t, law, case)
             except Rejected:
                 pass
             except (LawFailure, Crashed) as e:

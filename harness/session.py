@@ -284,7 +284,7 @@ def _require(law: str, info_: dict) -> None:
     """Skip (under pytest) or raise NotApplicable when the law cannot run on this target/lane."""
     from types import SimpleNamespace
 
-    from .checks import LAWS
+    from .laws import LAWS
     from .target import NotApplicable
 
     t = SimpleNamespace(is_cuda=info_["device"].startswith("cuda"), has_ops=info_["has_ops"],

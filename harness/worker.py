@@ -23,7 +23,7 @@ SPARE_WORKERS = int(os.environ.get("RMSNORM_SPARE_WORKERS", "1"))
 START_METHODS = ("forkserver", "spawn")
 # Modules a forkserver imports once, so that a worker forked from it starts without importing
 # torch again. None of them touches CUDA on import: each worker initialises CUDA itself.
-_PRELOAD = ["torch", "harness.checks"]
+_PRELOAD = ["torch", "harness.laws"]
 
 
 def start_method() -> str:
@@ -49,7 +49,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     faulthandler.enable()  # a crash prints the Python stack of where it happened
     import torch  # noqa: F401  (import before the target, whose module needs it)
 
-    from . import checks, target as tgt
+    from . import laws, target as tgt
     from .cases import Case
 
     tgt.BREADCRUMB = crumb
@@ -82,7 +82,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         law, case_d, kw = req
         case = Case.from_dict(case_d)
         try:
-            facts = checks.run_law(t, law, case, **kw)
+            facts = laws.run_law(t, law, case, **kw)
             reply = {"status": "pass", "facts": facts}
         except tgt.Rejected as e:
             if t.strict:

@@ -6,7 +6,7 @@ import torch
 
 from harness import judge
 from harness.cases import Case, materialize
-from harness.checks import POISON_NAN
+from harness.laws.common import POISON_NAN
 from tests._run import run
 
 

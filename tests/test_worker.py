@@ -92,7 +92,7 @@ def test_the_suite_never_alarms_on_correct_peers(tmp_path):
 def test_every_law_sorts_a_refusal_as_rejected():
     """A lenient target may refuse a dtype. Every law that runs on this lane must report that as
     rejected, never as a fault of the harness (a law that called the target directly once did)."""
-    from harness.checks import LAWS
+    from harness.laws import LAWS
     from harness.target import default_device
 
     r = Runner("module:tests.targets.float32_only", default_device(), strict=False)
@@ -116,7 +116,7 @@ def test_every_law_sorts_a_refusal_as_rejected():
 
 _TURN = r"""
 import sys, time, torch
-import harness.checks as c
+import harness.laws.cuda as c
 torch.cuda.synchronize = lambda device=None: None  # no GPU here: only the turn is under test
 torch.cuda.empty_cache = lambda: None
 c._TURN_WAIT_S = float(sys.argv[2])

@@ -1,0 +1,112 @@
+"""Laws that need no reference: scale, rows, layout, determinism."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import judge, tolerance as tol
+from ..cases import Case, materialize
+from ..target import NotApplicable, Target
+from .common import _bits, _fail, _same_bits, inv_for_backward
+from .registry import law
+
+@law()
+def scale_invariance(target: Target, case: Case):
+    """With eps = 0, y(2^k x) equals y(x) within the rounding bound (no reference needed)."""
+    if case.eps != 0:
+        raise NotApplicable("scale_invariance needs eps = 0")
+    t = materialize(case, target.device)
+    k = [-3, -2, -1, 1, 2, 3][case.seed % 6]
+    x2 = t.x * (2.0**k)
+    # Only rows that scale exactly (no overflow, no rounding in the subnormal range) obey the law.
+    exact = ((x2.to(torch.float64) * 2.0 ** (-k)) == t.x.to(torch.float64)).all(dim=-1)
+    y1, _ = target.forward(t.x, t.weight, 0.0)
+    y2, _ = target.forward(x2, t.weight, 0.0)
+    exp = judge.expect_forward(t.x, t.weight, 0.0)
+    ok = judge.row_mask(exp.stats.verifiable & tol.row_stats(x2, 0.0).verifiable & exact, t.x.shape)
+    # y1 and y2 each sit within bound of the same reference, so they differ by at most 2 * bound.
+    _fail([judge.compare(f"y(2^{k} x) vs y(x)", y2, y1.to(torch.float64), 2 * exp.bound_y, check=ok)], case)
+    return {"unverified_rows": int((~exact).sum())}
+
+
+@law()
+def rows_independent(target: Target, case: Case):
+    """A row's result does not depend on the other rows or on the batch it sits in."""
+    if case.rows < 2:
+        raise NotApplicable("rows_independent needs at least 2 rows")
+    t = materialize(case, target.device)
+    n = case.n
+    x2 = t.x.reshape(-1, n)
+    dy2 = t.grad_out.reshape(-1, n)
+    gen = torch.Generator().manual_seed(case.seed + 1)
+    k = 1 + int(torch.randint(case.rows, (1,), generator=gen))
+    idx = torch.randperm(case.rows, generator=gen)[:k].to(target.device)
+    y_full, inv_full = target.forward(t.x, t.weight, case.eps)
+    sub = x2.index_select(0, idx)
+    y_sub, inv_sub = target.forward(sub, t.weight, case.eps)
+    exp = judge.expect_forward(sub, t.weight, case.eps)
+    ok = judge.row_mask(exp.stats.verifiable, sub.shape)
+    got_full = y_full.reshape(-1, n).index_select(0, idx)
+    msgs = [judge.compare(f"y of rows {idx.tolist()[:8]} alone vs in the batch", y_sub, got_full.to(torch.float64),
+                          2 * exp.bound_y, check=ok)]
+    if target.has_backward:
+        inv_f = inv_for_backward(t.x, case.eps, inv_full)
+        inv_s = inv_for_backward(sub, case.eps, inv_sub)
+        gx_full, _ = target.backward(t.grad_out, t.x, t.weight, inv_f)
+        gx_sub, _ = target.backward(dy2.index_select(0, idx), sub, t.weight, inv_s)
+        bx = judge.expect_backward(dy2.index_select(0, idx), sub, t.weight, case.eps).bound_x
+        msgs.append(judge.compare("grad_x of the rows alone vs in the batch", gx_sub,
+                                gx_full.reshape(-1, n).index_select(0, idx).to(torch.float64), 2 * bx, check=ok, strict_nonfinite=False))
+    _fail(msgs, case)
+    return {}
+
+
+@law()
+def strided_equals_contiguous(target: Target, case: Case):
+    """A strided or misaligned input gives the result of its contiguous copy."""
+    if case.layout == "contiguous" and case.grad_layout == "contiguous":
+        raise NotApplicable("strided_equals_contiguous needs a non-contiguous layout")
+    t = materialize(case, target.device)
+    xc = t.x.contiguous()
+    y1, inv1 = target.forward(t.x, t.weight, case.eps)
+    y2, inv2 = target.forward(xc, t.weight, case.eps)
+    exp = judge.expect_forward(xc, t.weight, case.eps)
+    ok = judge.row_mask(exp.stats.verifiable, xc.shape)
+    msgs = [judge.compare(f"y of the {case.layout} x vs its contiguous copy", y1, y2.to(torch.float64),
+                          2 * exp.bound_y, check=ok)]
+    if target.has_backward:
+        inv_a = inv_for_backward(t.x, case.eps, inv1)
+        inv_b = inv_for_backward(xc, case.eps, inv2)
+        g1, w1 = target.backward(t.grad_out, t.x, t.weight, inv_a)
+        g2, w2 = target.backward(t.grad_out.contiguous(), xc, t.weight, inv_b)
+        bexp = judge.expect_backward(t.grad_out, xc, t.weight, case.eps)
+        msgs.append(judge.compare(f"grad_x ({case.layout} x, {case.grad_layout} grad_out) vs contiguous", g1,
+                                  g2.to(torch.float64), 2 * bexp.bound_x, check=ok, strict_nonfinite=False))
+        if bool(exp.stats.verifiable.all()):
+            msgs.append(judge.compare("grad_weight strided vs contiguous", w1, w2.to(torch.float64), 2 * bexp.bound_w,
+                                      strict_nonfinite=False, index_names=("col",)))
+    _fail(msgs, case)
+    return {}
+
+
+@law()
+def deterministic(target: Target, case: Case):
+    """The same call twice gives bitwise the same outputs and gradients."""
+    t = materialize(case, target.device)
+    runs = []
+    for _ in range(3):
+        y, inv = target.forward(t.x, t.weight, case.eps)
+        outs = [("y", y)] + ([("inv_rms", inv)] if inv is not None else [])
+        if target.has_backward:
+            gx, gw = target.backward(t.grad_out, t.x, t.weight, inv_for_backward(t.x, case.eps, inv))
+            outs += [("grad_x", gx), ("grad_weight", gw)]
+        runs.append(outs)
+    msgs = []
+    for i in (1, 2):
+        for (name, a), (_, b) in zip(runs[0], runs[i]):
+            if not _same_bits(a, b):
+                diff = int((_bits(a) != _bits(b)).sum())
+                msgs.append(f"{name}: call {i + 1} differs from call 1 in {diff} element(s) (not bitwise reproducible)")
+    _fail(msgs, case)
+    return {}
+
