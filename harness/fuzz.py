@@ -4,30 +4,72 @@ found (and replaced by their shrunk form), so an interrupted session keeps them.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
 
 from .build import ROOT
 
-TEST_MODULES = ("test_forward", "test_backward", "test_laws", "test_errors", "test_ops")
+PROPERTIES = ROOT / "properties"
+PYTEST_ARGS = ["-p", "no:cacheprovider", "-s", "-q", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
+
+
+class _Outcomes:
+    """A pytest plugin that keeps what each run of a test came to."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.reports: list = []
+
+    def pytest_collection_modifyitems(self, items):
+        self.items = [item.nodeid for item in items]
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.skipped:
+            self.reports.append(report)
 
 
 def _collect(laws):
-    tests = []
-    for name in TEST_MODULES:
-        mod = importlib.import_module(f"properties.{name}")
-        for attr, fn in vars(mod).items():
-            if attr.startswith("test_") and hasattr(fn, "hypothesis"):
-                law = attr[len("test_"):]
-                if laws is None or law in laws:
-                    tests.append((law, fn))
+    """(test name, node id) of the property tests, collected by pytest from properties/ (the
+    harness runs the tests; it does not import them)."""
+    import pytest
+
+    found = _Outcomes()
+    with _quiet():
+        pytest.main([str(PROPERTIES), "--collect-only", *PYTEST_ARGS], plugins=[found])
+    tests = [(nid.split("::")[-1][len("test_"):], nid) for nid in found.items]
+    if not tests:
+        raise RuntimeError(f"fuzz: pytest collected no tests from {PROPERTIES}")
     if laws is not None:
-        missing = set(laws) - {law for law, _ in tests}
+        missing = set(laws) - {name for name, _ in tests}
         if missing:
-            raise ValueError(f"fuzz: unknown laws {sorted(missing)}")
+            raise ValueError(f"fuzz: unknown laws {sorted(missing)}; expected some of {sorted(n for n, _ in tests)}")
+        tests = [(name, nid) for name, nid in tests if name in laws]
     return tests
+
+
+class _quiet:
+    """Keep pytest's own terminal output out of the session's progress line and report."""
+
+    def __enter__(self):
+        import io
+
+        self._out, sys.stdout = sys.stdout, io.StringIO()
+
+    def __exit__(self, *exc):
+        sys.stdout = self._out
+
+
+def _run_chunk(nodeid: str, profile: str):
+    """Run one test for one chunk of examples; returns its report (None if it did not run)."""
+    import pytest
+
+    got = _Outcomes()
+    with _quiet():
+        code = pytest.main([str(ROOT / nodeid), f"--hypothesis-profile={profile}", *PYTEST_ARGS], plugins=[got])
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
+    return got.reports[-1] if got.reports else None
 
 
 def _law_of(test: str) -> str:
@@ -67,10 +109,13 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
 
     settings.register_profile("fuzz-run", parent=settings.get_profile("fuzz"), max_examples=chunk)
     settings.load_profile("fuzz-run")  # before the tests are imported, so they take it
-    from _pytest.outcomes import Skipped
-
     from . import session
 
+    import os
+
+    from .pytest_plugin import FUZZ_DRIVER
+
+    os.environ[FUZZ_DRIVER] = "1"  # each chunk is a pytest run; the session reports once, here
     tests = _collect(laws)
     from .target import is_prebuilt
 
@@ -91,21 +136,20 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
     try:
         rotation = list(tests)
         while rotation and time.time() < deadline:
-            for law, fn in list(rotation):
+            for law, nodeid in list(rotation):
                 if time.time() >= deadline:
                     break
                 state["law"] = law
                 state["ran"].add(law)
-                try:
-                    fn()
-                except Skipped as e:
-                    state["not_run"][law] = str(e)
-                    rotation.remove((law, fn))
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as e:  # noqa: BLE001 - a failure the report lists
-                    state["failed"][law] = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-                    rotation.remove((law, fn))
+                rep = _run_chunk(nodeid, "fuzz-run")
+                if rep is None or rep.skipped:
+                    why = rep.longrepr[2] if rep is not None and isinstance(rep.longrepr, tuple) else "did not run"
+                    state["not_run"][law] = str(why).replace("Skipped: ", "")
+                    rotation.remove((law, nodeid))
+                elif rep.failed:
+                    text = str(rep.longrepr).strip()
+                    state["failed"][law] = text.splitlines()[0][:300] if text else "failed"
+                    rotation.remove((law, nodeid))
     except KeyboardInterrupt:
         interrupted = True
     finally:
