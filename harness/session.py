@@ -207,20 +207,26 @@ def contract():
     return _CONTRACT
 
 
+_STEER_CACHE: dict = {"key": None, "avoid": set()}
+
+
 def steer(case: Case) -> bool:
-    """Without a declared contract: whether to keep a drawn case. A category value the target has
-    refused every time so far (3 times or more, never accepted) is drawn only 1 time in 32, so that
-    drawing goes where the target accepts and what it refuses is still watched."""
+    """Without a declared contract: whether to keep a drawn case. A category value that explains
+    a kind of refusal (refusal_causes: every such case refused, 3 or more, none accepted) is drawn
+    only 1 time in 32, so that drawing goes where the target accepts and what it refuses is still
+    watched. Values merely shared with refused cases (their layout, their rank) are not avoided."""
     if contract().declared:
+        return True
+    key = (id(TALLY), len(TALLY.refusals), len(TALLY.accepted))
+    if _STEER_CACHE["key"] != key:
+        _STEER_CACHE["avoid"] = {cv for _, k, cv, _ in refusal_causes(TALLY) if cv is not None and k >= 3}
+        _STEER_CACHE["key"] = key
+    avoid = _STEER_CACHE["avoid"]
+    if not avoid or not any(f"{cat} {val}" in avoid for cat, val in case.categories().items()):
         return True
     import zlib
 
-    watch = zlib.crc32(case.to_json().encode()) % 32 == 0  # the 1 in 32 kept, the same on every run
-    for cat, val in case.categories().items():
-        seen = TALLY.seen_by_cat[cat][val]
-        if seen >= 3 and TALLY.rejected_by_cat[cat][val] == seen and not watch:
-            return False
-    return True
+    return zlib.crc32(case.to_json().encode()) % 32 == 0  # the 1 in 32 kept, the same on every run
 
 
 def identity() -> dict:

@@ -103,3 +103,29 @@ def test_a_single_element_is_named_as_such():
     ref = torch.tensor(2.0, dtype=torch.float64)
     m = judge.compare("inv_rms", torch.tensor(3.0), ref, torch.tensor(0.1, dtype=torch.float64))
     assert "1 of 1 compared elements wrong; the element: expected 2" in str(m), m
+
+
+def test_drawing_steers_away_from_what_is_always_refused(monkeypatch):
+    from harness import session
+    from harness.contract import Contract
+    from harness.worker import Verdict
+
+    monkeypatch.setattr(session, "_CONTRACT", Contract())  # none declared
+    monkeypatch.setattr(session, "TALLY", session.Tally())
+    for seed in range(3):
+        session.TALLY.add("forward_matches_reference", Case(shape=(2, 3), dtype="float64", seed=seed),
+                          Verdict("rejected", "forward raised TypeError: no float64"))
+    kept = [session.steer(Case(shape=(2, 3), dtype="float64", seed=s)) for s in range(256)]
+    assert 0 < sum(kept) < 256 // 8, sum(kept)  # watched 1 time in 32, not drawn the rest
+    assert all(session.steer(Case(shape=(2, 3), dtype="float32", seed=s)) for s in range(32))
+    monkeypatch.setattr(session, "_CONTRACT", Contract(dtypes=("float64",), source="command line"))
+    assert all(session.steer(Case(shape=(2, 3), dtype="float64", seed=s)) for s in range(32))
+
+
+def test_gradcheck_refusals_are_not_counted_under_the_drawn_dtype():
+    from harness import session
+    from harness.worker import Verdict
+
+    t = session.Tally()
+    t.add("gradcheck", Case(shape=(2, 3), dtype="bfloat16"), Verdict("rejected", "no float64, no float32"))
+    assert not t.refusals and not t.rejected_by_cat["dtype"] and t.by_law["gradcheck"]["rejected"] == 1

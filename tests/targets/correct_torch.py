@@ -23,6 +23,11 @@ def forward(x, weight, eps):
 def backward(grad_out, x, weight, inv_rms):
     acc = _acc(x.dtype)
     n = x.shape[-1]
+    if inv_rms.numel() != x.numel() // max(n, 1) or grad_out.shape != x.shape:
+        # Without this, a bad inv_rms of 65,535 elements for 65,536 rows broadcasts to 17 GB.
+        raise ValueError(f"expected inv_rms with one value a row and grad_out shaped like x, but got inv_rms of "
+                         f"shape {list(inv_rms.shape)} and grad_out of shape {list(grad_out.shape)} for x of shape "
+                         f"{list(x.shape)}")
     xf, dy, w = x.to(acc), grad_out.to(acc), weight.to(acc)
     inv = inv_rms.to(acc).unsqueeze(-1)
     g = dy * w
