@@ -1,4 +1,4 @@
-"""Command line: python -m harness {build,gate,fuzz,replay,sanitize,mutate} [options]."""
+"""Command line: python -m harness {build,gate,fuzz,replay,sanitize,toolchain,mutate,bench,profile} [options]."""
 
 from __future__ import annotations
 
@@ -251,6 +251,61 @@ def cmd_mutate(args) -> int:
                        with_baseline=not args.no_baseline, report=Path(args.report).resolve() if args.report else None)
 
 
+def _csv(value: str, what: str, allowed=None, conv=str) -> list:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise ValueError(f"{what}: expected a comma-separated list, but got {value!r}")
+    out = []
+    for v in items:
+        try:
+            v = conv(v)
+        except ValueError:
+            raise ValueError(f"{what}: expected {conv.__name__} values, but got {v!r}") from None
+        if allowed is not None and v not in allowed:
+            raise ValueError(f"{what}: expected values from {', '.join(map(str, allowed))}, but got {v!r}")
+        out.append(v)
+    return out
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    if args.plot:
+        results, ceiling, meta = bench.load_json(Path(args.plot))
+        print(bench.plot(results, ceiling, Path(args.plot).with_suffix(".png")))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"python3 -m harness bench: set-up error: the benchmark needs a CUDA GPU, and torch {torch.__version__} "
+              "sees none here", file=sys.stderr)
+        return EXIT_SETUP
+    dtypes = _csv(args.dtypes, "--dtypes", tuple(bench.DTYPES))
+    ns = _csv(args.n, "--n", conv=int) if args.n else list(bench.DEFAULT_NS)
+    if any(n < 1 for n in ns):
+        raise ValueError(f"--n: expected positive row lengths, but got {args.n!r}")
+    peers = _csv(args.peers, "--peers", bench.PEERS) if args.peers else []
+    targets = _csv(args.target, "--target") if args.target else ["project"]
+    impls, skipped = bench.implementations(targets, peers)
+    for line in skipped:
+        print(f"bench: not run: {line}", file=sys.stderr)
+    directions = tuple(_csv(args.directions, "--directions", ("forward", "backward")))
+    results, ceiling = bench.run(impls, dtypes, ns, args.elements, decode=not args.no_decode, directions=directions)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit(),
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elements": args.elements,
+            "not_run": skipped}
+    md_path, plot_line = bench.save(results, ceiling, meta, Path(args.out))
+    print(md_path.read_text())
+    print(f"bench: {md_path}, {md_path.with_suffix('.json')}; {plot_line}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from . import profile
+
+    return profile.main(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m harness", description="RMSNorm extension and its correctness gate",
                                 epilog=EXIT_CODES)
@@ -306,6 +361,28 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--no-baseline", action="store_true", help="skip the seed card's single-check baseline")
     u.add_argument("--report", default=None, help="where to write the markdown table (default .build/mutants/runs-DEVICE/score.md)")
     u.set_defaults(fn=cmd_mutate)
+
+    be = sub.add_parser("bench", help="speed beside the peers: GB/s forward and backward, decode latency (CUDA)")
+    be.add_argument("--target", default=None,
+                    help="comma-separated targets to time first (default: project): source folders or module:NAME")
+    be.add_argument("--peers", default=",".join(("eager", "native", "compiled", "liger")),
+                    help="comma-separated peers beside them: eager, native, compiled, liger ('' for none)")
+    be.add_argument("--dtypes", default="bfloat16,float16,float32")
+    be.add_argument("--n", default=None, help="comma-separated row lengths (default: 512, 1024, ... 262144)")
+    be.add_argument("--elements", type=int, default=1 << 26, help="M * N of each shape (default 2^26)")
+    be.add_argument("--directions", default="forward,backward")
+    be.add_argument("--no-decode", action="store_true", help="leave out the decode shapes (CUDA graphs)")
+    be.add_argument("--out", default=str(ROOT / ".build" / "bench"), help="folder for bench.md, bench.json, bench.png")
+    be.add_argument("--plot", default=None, metavar="BENCH_JSON", help="only draw the plot of a saved bench.json")
+    be.set_defaults(fn=cmd_bench)
+
+    pr = sub.add_parser("profile", help="Nsight Compute on one shape, summarised (CUDA)")
+    pr.add_argument("--shape", default="16384x4096", help="MxN (default 16384x4096)")
+    pr.add_argument("--dtype", default="bfloat16")
+    pr.add_argument("--direction", default="both", choices=("forward", "backward", "both"))
+    pr.add_argument("--target", default=None, help="project (default), a source folder, module:NAME, or a peer name")
+    pr.add_argument("--out", default=str(ROOT / ".build" / "profile"), help="folder for the summary and the raw CSV")
+    pr.set_defaults(fn=cmd_profile)
 
     args = p.parse_args(argv)
     try:

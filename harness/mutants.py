@@ -56,7 +56,12 @@ class Mutant:
         return h.hexdigest()[:12]
 
 
-CU = "kernels/rmsnorm_kernel.cu"
+CU = "kernels/rmsnorm_fallback.cu"  # the fallback path: float64, odd lengths, misaligned rows
+ROWS = "kernels/rmsnorm_rows.cuh"  # the fast paths' kernels (rows and cluster)
+DEV = "kernels/rmsnorm_device.cuh"
+PLAN = "kernels/rmsnorm_plan.h"
+LAUNCH = "kernels/rmsnorm_launch.cu"
+DW = "kernels/rmsnorm_dw.cu"
 CUDA_BIND = "binding/rmsnorm_cuda.cpp"
 CPU = "kernels/rmsnorm_cpu.h"
 BIND = "binding/rmsnorm.cpp"
@@ -148,7 +153,54 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dyr.owner), cuda_ptr<W>(dw),"),)),
     Mutant("cuda_zero_rows_empty_grid", "cuda", "zero rows launched as an empty grid",
            (Edit(CUDA_BIND, "  if (xr.rows == 0) return {y, inv};\n", ""),
-            Edit(CU, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
+            Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
+    # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
+    Mutant("fast_eps_dropped", "cuda", "eps left out of the statistics (fast path)",
+           (Edit(ROWS, "dev::rsqrt_acc(ss / static_cast<float>(n) + eps);", "dev::rsqrt_acc(ss / static_cast<float>(n));"),)),
+    Mutant("fast_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16 (fast path)",
+           (Edit(ROWS, "        ss += a * a;", "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));"),),
+           echoes="nntrainer/nntrainer#3935"),
+    Mutant("fast_weight_index", "cuda", "the weight's first element of each vector used for the whole vector (fast path)",
+           (Edit(ROWS, "inv * static_cast<float>(dev::to_acc(w.v[k])));", "inv * static_cast<float>(dev::to_acc(w.v[0])));"),)),
+    Mutant("fast_tail_unpredicated", "cuda", "the loads of a row's last, partly filled pass not predicated (reads the next row)",
+           (Edit(ROWS, "      if (active && j < n_vec) {\n        dev::load16(xv[v], xr + j * kVec);",
+                 "      if (active) {\n        dev::load16(xv[v], xr + j * kVec);"),)),
+    Mutant("fast_plan_capacity_short", "cuda", "the plan rounds the threads a row needs down, not up (the row's end left unwritten)",
+           (Edit(PLAN, "p.group = pow2_at_least(ceil_div(n_vec, max_vpt));", "p.group = pow2_at_least(n_vec / max_vpt);"),)),
+    Mutant("fast_butterfly_crosses_rows", "cuda", "a warp-wide butterfly where several rows share a warp (sums mixed across rows)",
+           (Edit(DEV, "const int width = group < kWarpSize ? group : kWarpSize;", "const int width = kWarpSize;"),)),
+    Mutant("fast_reduce_barrier_missing", "cuda", "a missing barrier before the warps' partial sums are read (fast path)",
+           (Edit(DEV, "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n    __syncthreads();\n",
+                 "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n"),),
+           echoes="NVIDIA/apex#1184"),
+    Mutant("fast_slots_single_buffered", "cuda", "one reduction slot reused by consecutive rows without a second barrier",
+           (Edit(ROWS, "base += units * per_unit, parity ^= 1) {", "base += units * per_unit) {", count=2),)),
+    Mutant("cluster_rank_ignored", "cuda", "every CTA of a cluster reads the first slab of the row",
+           (Edit(ROWS, "const int first_vec = static_cast<int>(rank) * kVpt * group + lane;",
+                 "const int first_vec = lane;", count=2),)),
+    Mutant("cluster_sum_local", "cuda", "the row's sum taken over the CTA's own slab only, not the cluster's",
+           (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
+    Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
+           (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",
+                 "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n    V xv[kVpt];"),
+            Edit(ROWS, "T* yr = y + row * n;", "T* yr = y + static_cast<int>(row) * static_cast<int>(n);")),
+           echoes="pytorch/pytorch#181555"),
+    Mutant("fast_misaligned_row_stride", "cuda", "rows of a padded layout assumed aligned when the base is (fast path)",
+           (Edit(LAUNCH, "return aligned16(p) && (rows <= 1 || (row_stride * int64_t(sizeof(T))) % 16 == 0);",
+                 "return aligned16(p);"),),
+           echoes="vllm-project/vllm#45466"),
+    Mutant("fast_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term (fast path)",
+           (Edit(ROWS, "out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));",
+                 "out.v[k] = dev::from_acc<T>(inv * g);"),)),
+    Mutant("fast_persistent_stride", "cuda", "persistent backward units stride by one unit (rows added to grad_weight several times)",
+           (Edit(ROWS, "  int parity = 0;\n  for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {\n    const int64_t row = base + group_index;",
+                 "  int parity = 0;\n  for (int64_t base = unit * per_unit; base < rows; base += per_unit, parity ^= 1) {\n    const int64_t row = base + group_index;"),)),
+    Mutant("fast_dw_groups_dropped", "cuda", "grad_weight leaves out the other row groups of a CTA",
+           (Edit(ROWS, "for (int g = 1; g < per_unit; ++g) {", "for (int g = 1; g < 1; ++g) {"),)),
+    Mutant("fast_dw_partial_index", "cuda", "grad_weight partial rows indexed without the row length",
+           (Edit(DW, "acc += partial[u * n + col];", "acc += partial[u + col];"),)),
+    Mutant("fast_dw_reduce_barrier_missing", "cuda", "the final grad_weight sum reads the other warps' sums before a barrier",
+           (Edit(DW, "  sums[threadIdx.y][threadIdx.x] = acc;\n  __syncthreads();\n", "  sums[threadIdx.y][threadIdx.x] = acc;\n"),)),
     # ---- CPU kernels and the CPU side of the binding -------------------------------------------
     Mutant("cpu_tail_skipped", "cpu", "the partial tile skipped when N is not a multiple of 8",
            (Edit(CPU, "  for (; i < n; ++i) {  // partial tile: n not a multiple of 8\n"

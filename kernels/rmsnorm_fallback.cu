@@ -1,39 +1,24 @@
-// CUDA RMSNorm kernels: one block per row (grid-stride over rows), a warp-shuffle plus
+// Fallback CUDA path: one block per row (grid-stride over rows), a warp-shuffle plus
 // shared-memory block reduction, 16-byte vector loads and stores when every row is aligned,
-// and a scalar partial-tile path for the columns left over. grad_weight is reduced in two
-// stages with a fixed order, so it is bitwise reproducible.
-#include "rmsnorm_cuda.h"
+// and a scalar partial-tile path for the columns left over. It takes what the fast paths do
+// not: float64, rows too long for a cluster, lengths that are not a whole number of 16-byte
+// vectors, misaligned or oddly strided rows. grad_weight is reduced in two stages with a fixed
+// order, so it is bitwise reproducible.
+#include "rmsnorm_device.cuh"
+#include "rmsnorm_paths.cuh"
 
 namespace rmsnorm {
+namespace paths {
 namespace {
 
-constexpr int kWarpSize = 32;
+using dev::from_acc;
+using dev::kWarpSize;
+using dev::rsqrt_acc;
+using dev::to_acc;
+
 constexpr int kMaxThreads = 1024;
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this many rows
 constexpr int kDwThreads = 256;
-
-template <typename T>
-__device__ __forceinline__ AccT<T> to_acc(T v) {
-  return static_cast<AccT<T>>(v);
-}
-__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T, typename A>
-__device__ __forceinline__ T from_acc(A v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ __half from_acc<__half, float>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
-__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
 
 template <typename T, int kVec>
 struct alignas(sizeof(T) * kVec) Vec {
@@ -231,7 +216,7 @@ unsigned int blocks_for(int64_t rows) {
 }  // namespace
 
 template <typename T, typename W>
-void launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
+void fallback_forward(const T* x, int64_t x_row_stride, const W* weight, T* y,
                         AccT<T>* inv_rms, int64_t rows, int64_t n, AccT<T> eps,
                         cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
@@ -247,12 +232,12 @@ void launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
 }
 
 template <typename T>
-size_t rmsnorm_bwd_workspace_bytes(int64_t rows, int64_t n) {
+size_t fallback_workspace_bytes(int64_t rows, int64_t n) {
   return static_cast<size_t>(gw_num_chunks(rows, n)) * static_cast<size_t>(n) * sizeof(AccT<T>);
 }
 
 template <typename T, typename W>
-void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
+void fallback_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
                         const W* weight, const AccT<T>* inv_rms, T* dx, W* dw,
                         AccT<T>* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
@@ -281,11 +266,11 @@ void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t 
 }
 
 #define RMSNORM_INSTANTIATE(T, W)                                                          \
-  template void launch_rmsnorm_fwd<T, W>(const T*, int64_t, const W*, T*, AccT<T>*,        \
-                                         int64_t, int64_t, AccT<T>, cudaStream_t);          \
-  template void launch_rmsnorm_bwd<T, W>(const T*, int64_t, const T*, int64_t, const W*,   \
-                                         const AccT<T>*, T*, W*, AccT<T>*, int64_t,        \
-                                         int64_t, cudaStream_t);
+  template void fallback_forward<T, W>(const T*, int64_t, const W*, T*, AccT<T>*, int64_t,  \
+                                       int64_t, AccT<T>, cudaStream_t);                     \
+  template void fallback_backward<T, W>(const T*, int64_t, const T*, int64_t, const W*,     \
+                                        const AccT<T>*, T*, W*, AccT<T>*, int64_t, int64_t, \
+                                        cudaStream_t);
 
 RMSNORM_INSTANTIATE(float, float)
 RMSNORM_INSTANTIATE(double, double)
@@ -296,9 +281,10 @@ RMSNORM_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
 RMSNORM_INSTANTIATE(__nv_bfloat16, float)
 #undef RMSNORM_INSTANTIATE
 
-template size_t rmsnorm_bwd_workspace_bytes<float>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<double>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<__half>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<__nv_bfloat16>(int64_t, int64_t);
+template size_t fallback_workspace_bytes<float>(int64_t, int64_t);
+template size_t fallback_workspace_bytes<double>(int64_t, int64_t);
+template size_t fallback_workspace_bytes<__half>(int64_t, int64_t);
+template size_t fallback_workspace_bytes<__nv_bfloat16>(int64_t, int64_t);
 
+}  // namespace paths
 }  // namespace rmsnorm

@@ -1,0 +1,118 @@
+// Device helpers shared by every CUDA path: accumulation-type conversions, 16-byte vectors,
+// and the reduction of one row's partial sums over a row group, a CTA and a cluster.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "rmsnorm_common.h"
+
+namespace rmsnorm {
+namespace dev {
+
+constexpr int kWarpSize = 32;
+
+template <typename T>
+__device__ __forceinline__ AccT<T> to_acc(T v) {
+  return static_cast<AccT<T>>(v);
+}
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T, typename A>
+__device__ __forceinline__ T from_acc(A v) {
+  return static_cast<T>(v);
+}
+template <>
+__device__ __forceinline__ __half from_acc<__half, float>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+// kN elements of T moved as whole 16-byte words (sizeof must be a multiple of 16; the address
+// only needs 16-byte alignment, so a float vector of 8 is two 16-byte loads).
+template <typename T, int kN>
+struct alignas(16) Vec16 {
+  static_assert(sizeof(T) * kN % 16 == 0, "a Vec16 is whole 16-byte words");
+  static constexpr int kWords = sizeof(T) * kN / 16;
+  T v[kN];
+};
+
+template <typename T, int kN>
+__device__ __forceinline__ void load16(Vec16<T, kN>& out, const T* p) {
+  const uint4* src = reinterpret_cast<const uint4*>(p);
+  uint4* dst = reinterpret_cast<uint4*>(out.v);
+#pragma unroll
+  for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = src[i];
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store16(T* p, const Vec16<T, kN>& in) {
+  uint4* dst = reinterpret_cast<uint4*>(p);
+  const uint4* src = reinterpret_cast<const uint4*>(in.v);
+#pragma unroll
+  for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = src[i];
+}
+
+// All-zero bits: 0.0 in every floating type used here.
+template <typename T, int kN>
+__device__ __forceinline__ void zero16(Vec16<T, kN>& out) {
+  uint4* dst = reinterpret_cast<uint4*>(out.v);
+#pragma unroll
+  for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Scratch of group_sum: per-warp totals and the CTA total, each double-buffered by the parity
+// of the row-group iteration, so one barrier per row suffices (a thread can only overwrite a
+// slot of parity p after every thread has passed the next barrier, that is, after every
+// thread has read the slot).
+struct ReduceSlots {
+  float warp[2][kWarpSize];
+  float cta[2];
+};
+
+// The sum of v over the `group` threads that share a row (group is a power of two; groups are
+// consecutive thread ranges of the CTA), then over the CTAs of the cluster when kCluster (one
+// group per CTA then). Every thread of the group returns the same bits. The order of the sum
+// is fixed by the group size and the cluster size: a butterfly within the warp, the warps of
+// the group in order, the CTAs of the cluster in rank order. Every thread of the CTA must call
+// it (it holds a barrier when group > 32, and a cluster barrier when kCluster).
+template <bool kCluster>
+__device__ __forceinline__ float group_sum(float v, int group, int parity, ReduceSlots& slots) {
+  const int width = group < kWarpSize ? group : kWarpSize;
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  if (group > kWarpSize) {
+    const int warp = threadIdx.x / kWarpSize;
+    const int warps_per_group = group / kWarpSize;
+    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;
+    __syncthreads();
+    const float* mine = &slots.warp[parity][(warp / warps_per_group) * warps_per_group];
+    v = mine[0];
+    for (int i = 1; i < warps_per_group; ++i) v += mine[i];
+  }
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) slots.cta[parity] = v;
+    cluster.sync();
+    const unsigned int ctas = cluster.num_blocks();
+    v = *cluster.map_shared_rank(&slots.cta[parity], 0u);
+    for (unsigned int r = 1; r < ctas; ++r) v += *cluster.map_shared_rank(&slots.cta[parity], r);
+  }
+  return v;
+}
+
+}  // namespace dev
+}  // namespace rmsnorm

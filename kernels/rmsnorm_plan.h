@@ -1,0 +1,119 @@
+// How the fast CUDA paths lay a row over threads: every threshold in one place. A plan depends
+// on the row's length in 16-byte vectors (and on the direction) only, never on the number of
+// rows or on the device, so a row's bits are the same alone or in a batch of any size, and
+// grad_weight is the same on any GPU. Torch-free and CUDA-free (the launcher and the tests of
+// the plan read it alike).
+//
+//   group    threads that share one row (a power of two); the row's vector j = (rank * vpt + v)
+//            * group + lane, for v < vpt, lane < group and rank < cluster, so each pass of a
+//            group over v reads one contiguous, coalesced span
+//   vpt      16-byte vectors per thread and tensor, held in registers from load to store
+//   cta      threads per CTA: cta / group rows are handled side by side
+//   cluster  CTAs that share one row through distributed shared memory (1: no cluster)
+#pragma once
+
+#include <cstdint>
+
+namespace rmsnorm {
+namespace plan {
+
+struct Plan {
+  int group = 0;
+  int vpt = 0;  // 0: no fast plan for this length (the fallback kernels run)
+  int cta = 0;
+  int cluster = 1;
+  bool ok() const { return vpt > 0; }
+  int64_t capacity() const { return int64_t(group) * vpt * cluster; }  // vectors a row may hold
+};
+
+// Forward: x alone lives in registers, so a thread holds up to 8 vectors (32 registers).
+constexpr int kFwdSmallCta = 128;     // CTA size while a row needs fewer threads than this
+constexpr int kFwdMaxGroup = 512;     // largest row group before the row spreads over a cluster
+constexpr int kFwdMaxVpt = 8;
+// Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
+// live in registers, so a thread holds at most 2 vectors of each.
+constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows
+constexpr int kBwdMaxGroup = 512;
+constexpr int kBwdMaxVpt = 2;
+// Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).
+constexpr int kMaxPortableCluster = 8;
+constexpr int kMaxCluster = 16;
+constexpr int kMaxCtaThreads = 1024;
+// The backward kernel is persistent: as many row units as about 1024 threads on each of 132
+// SMs (an H200) can hold at once. A constant, not the device's SM count, so that grad_weight's
+// summation order, which follows the units, is the same on every GPU.
+constexpr int kPersistentSms = 132;
+constexpr int kPersistentThreadsPerSm = 1024;
+// Forward grid: rows beyond this many CTAs are grid-strided.
+constexpr int64_t kMaxFwdCtas = int64_t(1) << 20;
+
+constexpr int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One row of n_vec vectors held by `group` threads with up to max_vpt vectors each, the group
+// growing to max_group, then to a cluster (see below). No plan beyond a 16-CTA cluster of
+// 1024-thread CTAs.
+constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int max_vpt) {
+  Plan p;
+  if (n_vec <= 0) return p;
+  if (n_vec <= 32) {
+    p.group = pow2_at_least(n_vec);
+    p.vpt = 1;
+  } else if (n_vec <= int64_t(32) * max_vpt) {
+    p.group = 32;
+    p.vpt = pow2_at_least(ceil_div(n_vec, 32));
+  } else if (n_vec <= int64_t(max_group) * max_vpt) {
+    p.vpt = max_vpt;
+    p.group = pow2_at_least(ceil_div(n_vec, max_vpt));
+  } else {
+    // Spread the row over a cluster: portable sizes first, each with the group's usual size,
+    // then 1024-thread CTAs; 16-CTA clusters (non-portable) last.
+    const int limits[2] = {kMaxPortableCluster, kMaxCluster};
+    const int groups[2] = {max_group, kMaxCtaThreads};
+    for (int limit : limits) {
+      for (int group : groups) {
+        const int64_t clusters = ceil_div(n_vec, int64_t(group) * max_vpt);
+        if (p.cluster == 1 && clusters <= limit) {
+          p.vpt = max_vpt;
+          p.group = group;
+          p.cluster = pow2_at_least(clusters);
+        }
+      }
+    }
+    if (p.cluster == 1) return Plan{};  // too long for any cluster
+  }
+  p.cta = p.group > small_cta ? p.group : small_cta;
+  return p;
+}
+
+constexpr Plan forward_plan(int64_t n_vec) {
+  return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdMaxVpt);
+}
+
+constexpr Plan backward_plan(int64_t n_vec) {
+  return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt);
+}
+
+// Row units of the forward grid (a unit is one CTA, or one cluster; it handles cta / group rows).
+inline int64_t forward_units(const Plan& p, int64_t rows) {
+  const int64_t units = ceil_div(rows, p.cta / p.group);
+  const int64_t cap = kMaxFwdCtas / p.cluster;
+  return units < cap ? units : cap;
+}
+
+// Row units of the persistent backward grid; each writes one float row of grad_weight partial
+// sums, which the final kernel adds in unit order.
+inline int64_t backward_units(const Plan& p, int64_t rows) {
+  const int64_t units = ceil_div(rows, p.cta / p.group);
+  int64_t cap = int64_t(kPersistentSms) * (kPersistentThreadsPerSm / p.cta) / p.cluster;
+  if (cap < 1) cap = 1;
+  return units < cap ? units : cap;
+}
+
+}  // namespace plan
+}  // namespace rmsnorm

@@ -1,0 +1,317 @@
+// The register-resident kernels of the fast paths (rmsnorm_rows.cu instantiates them without
+// clusters, rmsnorm_cluster.cu with). A group of threads owns a row: each thread loads all of
+// its 16-byte vectors before the first use (enough bytes in flight to cover memory latency),
+// the row's sum comes from dev::group_sum, and the outputs are computed from the registers, so
+// x and grad_out are read from memory once. Preconditions (checked by the launcher): T is
+// float, __half or __nv_bfloat16; n is a multiple of the vector width; x, y, grad_out, grad_x
+// and the weight start on 16-byte boundaries and every row stride keeps them there.
+#pragma once
+
+#include "rmsnorm_cuda.h"
+#include "rmsnorm_device.cuh"
+#include "rmsnorm_plan.h"
+
+namespace rmsnorm {
+namespace rows {
+
+template <typename T>
+__host__ __device__ constexpr int vec_of() {
+  return 16 / sizeof(T);
+}
+
+// y = x * inv_rms * w. Row unit u (a CTA, or a cluster) handles rows u * R + group_index for
+// R = blockDim.x / group, then strides by the number of units.
+template <typename T, typename W, int kVpt, bool kCluster>
+__global__ void __launch_bounds__(plan::kMaxCtaThreads)
+    fwd_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
+               int64_t x_row_stride,
+               const W* __restrict__ weight,  // [n]
+               T* __restrict__ y,             // [rows, n]
+               float* __restrict__ inv_rms,   // [rows]
+               int64_t rows, int64_t n, float eps, int group) {
+  constexpr int kVec = vec_of<T>();
+  using V = dev::Vec16<T, kVec>;
+  using VW = dev::Vec16<W, kVec>;
+  // The weight is loaded with x (before the row's reduction, so its latency hides behind x's)
+  // when that costs at most 16 more registers a thread; otherwise after the reduction.
+  constexpr bool kPrefetchW = kVpt * sizeof(VW) <= 64;
+  __shared__ dev::ReduceSlots slots;
+  unsigned int rank = 0, cluster_size = 1;
+  if constexpr (kCluster) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = cluster.block_rank();
+    cluster_size = cluster.num_blocks();
+  }
+  const int per_unit = blockDim.x / group;
+  const int lane = threadIdx.x % group;
+  const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
+  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int64_t unit = blockIdx.x / cluster_size;
+  const int64_t units = gridDim.x / cluster_size;
+  int parity = 0;
+  for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
+    const int64_t row = base + threadIdx.x / group;
+    const bool active = row < rows;
+    const T* xr = x + row * x_row_stride;
+    V xv[kVpt];
+    VW wv[kPrefetchW ? kVpt : 1];
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (active && j < n_vec) {
+        dev::load16(xv[v], xr + j * kVec);
+        if constexpr (kPrefetchW) dev::load16(wv[v], weight + j * kVec);
+      } else {
+        dev::zero16(xv[v]);
+      }
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float a = dev::to_acc(xv[v].v[k]);
+        ss += a * a;
+      }
+    }
+    ss = dev::group_sum<kCluster>(ss, group, parity, slots);
+    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
+    if (!active) continue;
+    if (lane == 0 && rank == 0) inv_rms[row] = inv;
+    T* yr = y + row * n;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        VW w;
+        if constexpr (kPrefetchW) {
+          w = wv[v];
+        } else {
+          dev::load16(w, weight + j * kVec);
+        }
+        V out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          out.v[k] = dev::from_acc<T>(dev::to_acc(xv[v].v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
+        }
+        dev::store16(yr + j * kVec, out);
+      }
+    }
+  }
+  if constexpr (kCluster) cooperative_groups::this_cluster().sync();  // peers may still read our slots
+}
+
+// grad_x = inv * (g - x * inv^2 * sum(g * x) / n) with g = grad_out * w, and grad_weight's
+// partial sums of grad_out * x * inv over the rows of this unit, kept in registers per column,
+// added over the CTA's row groups in group order and written as partial[unit, :].
+template <typename T, typename W, int kVpt, bool kCluster>
+__global__ void __launch_bounds__(plan::kMaxCtaThreads)
+    bwd_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
+               int64_t dy_row_stride,
+               const T* __restrict__ x,  // [rows, x_row_stride]
+               int64_t x_row_stride,
+               const W* __restrict__ weight,        // [n]
+               const float* __restrict__ inv_rms,   // [rows]
+               T* __restrict__ dx,                  // [rows, n]
+               float* __restrict__ partial,         // [units, n]
+               int64_t rows, int64_t n, int group) {
+  constexpr int kVec = vec_of<T>();
+  using V = dev::Vec16<T, kVec>;
+  using VW = dev::Vec16<W, kVec>;
+  extern __shared__ float dw_scratch[];  // [per_unit - 1][kVpt * kVec][group]
+  __shared__ dev::ReduceSlots slots;
+  unsigned int rank = 0, cluster_size = 1;
+  if constexpr (kCluster) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = cluster.block_rank();
+    cluster_size = cluster.num_blocks();
+  }
+  const int per_unit = blockDim.x / group;
+  const int group_index = threadIdx.x / group;
+  const int lane = threadIdx.x % group;
+  const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
+  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int64_t unit = blockIdx.x / cluster_size;
+  const int64_t units = gridDim.x / cluster_size;
+  float acc[kVpt][kVec];
+#pragma unroll
+  for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[v][k] = 0.f;
+  }
+  int parity = 0;
+  for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
+    const int64_t row = base + group_index;
+    const bool active = row < rows;
+    const T* dyr = dy + row * dy_row_stride;
+    const T* xr = x + row * x_row_stride;
+    // Registers held across the row's reduction: x, grad_out and acc. The weight is loaded
+    // with them for the dot product and loaded again (an L1 hit) for grad_x.
+    V dv[kVpt], xv[kVpt];
+    VW wv[kVpt];
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (active && j < n_vec) {
+        dev::load16(dv[v], dyr + j * kVec);
+        dev::load16(xv[v], xr + j * kVec);
+        dev::load16(wv[v], weight + j * kVec);
+      } else {
+        dev::zero16(dv[v]);
+        dev::zero16(xv[v]);
+        dev::zero16(wv[v]);
+      }
+    }
+    const float inv = active ? inv_rms[row] : 0.f;
+    float dot = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k]);
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        acc[v][k] += dev::to_acc(dv[v].v[k]) * (dev::to_acc(xv[v].v[k]) * inv);
+      }
+    }
+    dot = dev::group_sum<kCluster>(dot, group, parity, slots);
+    const float c = inv * inv * dot / static_cast<float>(n);
+    if (!active) continue;
+    T* dxr = dx + row * n;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        VW w;
+        dev::load16(w, weight + j * kVec);
+        V out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float g = dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
+          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));
+        }
+        dev::store16(dxr + j * kVec, out);
+      }
+    }
+  }
+  // The CTA's row groups 1.. hand their sums to group 0, which adds them in group order.
+  if (per_unit > 1) {
+    if (group_index > 0) {
+      float* mine = dw_scratch + int64_t(group_index - 1) * kVpt * kVec * group;
+#pragma unroll
+      for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) mine[(v * kVec + k) * group + lane] = acc[v][k];
+      }
+    }
+    __syncthreads();
+    if (group_index == 0) {
+      for (int g = 1; g < per_unit; ++g) {
+        const float* theirs = dw_scratch + int64_t(g - 1) * kVpt * kVec * group;
+#pragma unroll
+        for (int v = 0; v < kVpt; ++v) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) acc[v][k] += theirs[(v * kVec + k) * group + lane];
+        }
+      }
+    }
+  }
+  if (group_index == 0) {
+    float* pr = partial + unit * n;  // unit < 2^20, n < 2^20
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        dev::Vec16<float, kVec> out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) out.v[k] = acc[v][k];
+        dev::store16(pr + j * kVec, out);
+      }
+    }
+  }
+  if constexpr (kCluster) cooperative_groups::this_cluster().sync();  // peers may still read our slots
+}
+
+// Shared memory the backward kernel needs beyond its static slots.
+inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
+  return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
+}
+
+// Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster.
+template <bool kCluster, typename Kernel, typename... Args>
+void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, cudaStream_t stream,
+            Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned int>(units * p.cluster));
+  config.blockDim = dim3(static_cast<unsigned int>(p.cta));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  if constexpr (kCluster) {
+    if (p.cluster > plan::kMaxPortableCluster) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned int>(p.cluster);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  if (smem > 48 * 1024) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  }
+  cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename T, typename W, bool kCluster>
+void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
+             float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  const int64_t units = plan::forward_units(p, rows);
+  switch (p.vpt) {
+#define RMSNORM_FWD_CASE(VPT)                                                                   \
+  case VPT:                                                                                     \
+    if constexpr (!kCluster || VPT == plan::kFwdMaxVpt) {                                       \
+      launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, stream, x, x_row_stride,   \
+                       weight, y, inv_rms, rows, n, eps, p.group);                              \
+    }                                                                                           \
+    break;
+    RMSNORM_FWD_CASE(1)
+    RMSNORM_FWD_CASE(2)
+    RMSNORM_FWD_CASE(4)
+    RMSNORM_FWD_CASE(8)
+#undef RMSNORM_FWD_CASE
+    default:
+      break;
+  }
+}
+
+template <typename T, typename W, bool kCluster>
+void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
+              int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx, float* partial,
+              int64_t rows, int64_t n, cudaStream_t stream) {
+  const int64_t units = plan::backward_units(p, rows);
+  const size_t smem = bwd_scratch_bytes(p, vec_of<T>());
+  switch (p.vpt) {
+#define RMSNORM_BWD_CASE(VPT)                                                                  \
+  case VPT:                                                                                    \
+    if constexpr (!kCluster || VPT == plan::kBwdMaxVpt) {                                      \
+      launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, stream, dy,            \
+                       dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n,  \
+                       p.group);                                                               \
+    }                                                                                          \
+    break;
+    RMSNORM_BWD_CASE(1)
+    RMSNORM_BWD_CASE(2)
+#undef RMSNORM_BWD_CASE
+    default:
+      break;
+  }
+}
+
+}  // namespace rows
+}  // namespace rmsnorm

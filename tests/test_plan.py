@@ -1,0 +1,74 @@
+"""kernels/rmsnorm_plan.h: every planned layout covers its row, wastes less than half of it, and
+fits the hardware; the plan is a function of the row length alone (its signature takes nothing
+else), which is what makes the fast paths batch invariant. Compiled and run as plain C++."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from harness.build import ROOT
+
+PROGRAM = r"""
+#include <cstdio>
+#include "rmsnorm_plan.h"
+using namespace rmsnorm::plan;
+static void show(const char* dir, long n_vec, const Plan& p, long rows) {
+  std::printf("%s %ld %d %d %d %d %ld\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
+              p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L);
+}
+int main() {
+  long rows_list[3] = {1, 4097, 1L << 22};
+  for (long n_vec = 1; n_vec <= 140000; n_vec += (n_vec < 2100 ? 1 : 97)) {
+    for (long rows : rows_list) {
+      show("fwd", n_vec, forward_plan(n_vec), rows);
+      show("bwd", n_vec, backward_plan(n_vec), rows);
+    }
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    assert cxx, "no C++ compiler on PATH (the CPU lane builds the extension with one)"
+    d = tmp_path_factory.mktemp("plan")
+    (d / "main.cpp").write_text(PROGRAM)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernels'}", str(d / "main.cpp"), "-o", str(d / "plan")],
+                   check=True, capture_output=True, text=True)
+    out = subprocess.run([str(d / "plan")], check=True, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        dir_, *nums = line.split()
+        rows.append((dir_, *map(int, nums)))
+    return rows
+
+
+def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
+    seen = set()
+    for dir_, n_vec, group, vpt, cta, cluster, units in plans:
+        max_vpt, max_vectors = (8, 1024 * 8 * 16) if dir_ == "fwd" else (2, 1024 * 2 * 16)
+        if vpt == 0:
+            assert n_vec > max_vectors, f"{dir_} n_vec={n_vec}: no plan, though a 16-CTA cluster could hold it"
+            continue
+        seen.add((dir_, cluster > 1))
+        cap = group * vpt * cluster
+        where = f"{dir_} n_vec={n_vec}: group {group}, vpt {vpt}, cta {cta}, cluster {cluster}"
+        assert group & (group - 1) == 0 and 1 <= group <= 1024, where
+        assert vpt in (1, 2, 4, 8) and vpt <= max_vpt, where
+        assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
+        assert cluster & (cluster - 1) == 0 and cluster <= 16, where
+        assert cluster == 1 or cta == group, where  # one row per CTA of a cluster
+        assert n_vec <= cap < 2 * n_vec, f"{where}: holds {cap} vectors"
+        assert units >= 1, where
+        if dir_ == "bwd":  # the CTA's row groups hand their grad_weight sums over in shared memory
+            assert (cta // group - 1) * vpt * 8 * group * 4 <= 48 * 1024, where
+    assert seen == {("fwd", False), ("fwd", True), ("bwd", False), ("bwd", True)}
+
+
+def test_backward_units_do_not_depend_on_the_device(plans):
+    # A unit count is min(row groups, a constant): the same on every GPU, so is grad_weight's order.
+    for dir_, n_vec, group, vpt, cta, cluster, units in plans:
+        if dir_ == "bwd" and vpt:
+            assert units <= max(1, 132 * (1024 // cta) // cluster), (n_vec, units)
