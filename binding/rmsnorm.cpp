@@ -2,8 +2,6 @@
 #include "rmsnorm.h"
 
 #include <cmath>
-#include <cstdio>
-#include <string>
 #include <vector>
 
 #include <ATen/Dispatch.h>
@@ -53,33 +51,12 @@ Rows as_rows(const at::Tensor& t) {
   return Rows{t.contiguous(), rows, n, n};
 }
 
-namespace {
-
-// Numbers in error messages are formatted here with snprintf rather than streamed through
-// c10::str: on the H200 image (torch 2.11) a check whose message streamed an integer or a
-// double crashed the process instead of raising, while messages without numbers raised.
-std::string num(int64_t v) { return std::to_string(v); }
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-std::string shape(at::IntArrayRef sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
-  return out + "]";
-}
-
-}  // namespace
-
 void check_forward_args(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK_VALUE(x.dim() >= 1,
                     "rmsnorm: expected x to have at least 1 dimension, but got a 0-dim tensor");
   TORCH_CHECK_VALUE(x.size(-1) >= 1,
                     "rmsnorm: expected the last dimension of x (N) to be at least 1, but got x "
-                    "of shape ", shape(x.sizes()));
+                    "of shape ", x.sizes());
   TORCH_CHECK_VALUE(x.layout() == at::kStrided,
                     "rmsnorm: expected x to be a strided (dense) tensor, but got layout ",
                     x.layout());
@@ -88,22 +65,22 @@ void check_forward_args(const at::Tensor& x, const at::Tensor& weight, double ep
                    "rmsnorm: expected x of dtype float32, float64, float16 or bfloat16, but got ",
                    dt);
   TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),
-                    "rmsnorm: expected weight of shape [", num(x.size(-1)),
-                    "] (the last dimension of x), but got weight of shape ", shape(weight.sizes()));
+                    "rmsnorm: expected weight of shape [", x.size(-1),
+                    "] (the last dimension of x), but got weight of shape ", weight.sizes());
   TORCH_CHECK_TYPE(weight.scalar_type() == dt || weight.scalar_type() == at::kFloat,
                    "rmsnorm: expected weight of dtype ", dt, " (the dtype of x) or float32, but got ",
                    weight.scalar_type());
   TORCH_CHECK_VALUE(weight.device() == x.device(), "rmsnorm: expected weight on ", x.device(),
                     " (the device of x), but got weight on ", weight.device());
   TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0.0,
-                    "rmsnorm: expected eps to be finite and >= 0, but got ", num(eps));
+                    "rmsnorm: expected eps to be finite and >= 0, but got ", eps);
 }
 
 void check_backward_args(const at::Tensor& grad_out, const at::Tensor& x,
                          const at::Tensor& weight, const at::Tensor& inv_rms) {
   check_forward_args(x, weight, 0.0);
   TORCH_CHECK_VALUE(grad_out.sizes() == x.sizes(), "rmsnorm: expected grad_out of shape ",
-                    shape(x.sizes()), " (the shape of x), but got ", shape(grad_out.sizes()));
+                    x.sizes(), " (the shape of x), but got ", grad_out.sizes());
   TORCH_CHECK_TYPE(grad_out.scalar_type() == x.scalar_type(), "rmsnorm: expected grad_out of dtype ",
                    x.scalar_type(), " (the dtype of x), but got ", grad_out.scalar_type());
   TORCH_CHECK_VALUE(grad_out.device() == x.device(), "rmsnorm: expected grad_out on ", x.device(),
@@ -112,8 +89,8 @@ void check_backward_args(const at::Tensor& grad_out, const at::Tensor& x,
                     "rmsnorm: expected grad_out to be a strided (dense) tensor, but got layout ",
                     grad_out.layout());
   TORCH_CHECK_VALUE(inv_rms.sizes() == at::IntArrayRef(stat_shape(x)),
-                    "rmsnorm: expected inv_rms of shape ", shape(stat_shape(x)),
-                    " (x.shape[:-1]), but got ", shape(inv_rms.sizes()));
+                    "rmsnorm: expected inv_rms of shape ", at::IntArrayRef(stat_shape(x)),
+                    " (x.shape[:-1]), but got ", inv_rms.sizes());
   TORCH_CHECK_TYPE(inv_rms.scalar_type() == acc_dtype(x.scalar_type()),
                    "rmsnorm: expected inv_rms of dtype ", acc_dtype(x.scalar_type()),
                    ", but got ", inv_rms.scalar_type());

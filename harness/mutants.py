@@ -166,7 +166,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(ROWS, "      if (active && j < n_vec) {\n        dev::load16(xv[v], xr + j * kVec);",
                  "      if (active) {\n        dev::load16(xv[v], xr + j * kVec);"),)),
     Mutant("fast_plan_capacity_short", "cuda", "the plan rounds the threads a row needs down, not up (the row's end left unwritten)",
-           (Edit(PLAN, "p.group = pow2_at_least(ceil_div(n_vec, max_vpt));", "p.group = pow2_at_least(n_vec / max_vpt);"),)),
+           (Edit(PLAN, "p.group = pow2_at_least(ceil_div(n_vec, pref_vpt));", "p.group = pow2_at_least(n_vec / pref_vpt);"),)),
     Mutant("fast_butterfly_crosses_rows", "cuda", "a warp-wide butterfly where several rows share a warp (sums mixed across rows)",
            (Edit(DEV, "const int width = group < kWarpSize ? group : kWarpSize;", "const int width = kWarpSize;"),)),
     Mutant("fast_reduce_barrier_missing", "cuda", "a missing barrier before the warps' partial sums are read (fast path)",

@@ -105,11 +105,13 @@ def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> st
         name = r.get("Kernel Name", "?")
         short = name.split("(")[0].split("<")[0][-30:] + ("<" + name.split("<", 1)[1][:12] if "<" in name else "")
         get = {k: _num(r.get(v, "")) for k, v in BASE.items()}
-        t_us = (get["time_us"] or 0) / (1000.0 if r["_units"].get(BASE["time_us"], "") == "nsecond" else 1.0)
+        t_unit = r["_units"].get(BASE["time_us"], "ns")
+        t_us = (get["time_us"] or 0) * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0,
+                                        "ms": 1e3, "msecond": 1e3}.get(t_unit, 1e-3)
         total_us += t_us
         moved = ((get["dram_read"] or 0) + (get["dram_write"] or 0))
         unit = r["_units"].get(BASE["dram_read"], "byte")
-        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+        scale = {"byte": 1, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}.get(unit, 1)
         moved_mb = moved * scale / 1e6
         stalls = sorted(((_num(r.get(STALL_METRIC.format(s), "")) or 0.0, s) for s in STALLS), reverse=True)[:3]
         spill = (get["local_ld"] or 0) + (get["local_st"] or 0)

@@ -64,6 +64,16 @@ __device__ __forceinline__ void store16(T* p, const Vec16<T, kN>& in) {
   for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = src[i];
 }
 
+// Ask L1 for the 16-byte words of a vector now, so that a later load of it is a cache hit
+// (no registers held meanwhile).
+template <typename T, int kN>
+__device__ __forceinline__ void prefetch_l1(const T* p) {
+#pragma unroll
+  for (int i = 0; i < Vec16<T, kN>::kWords; ++i) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(p) + 16 * i));
+  }
+}
+
 // All-zero bits: 0.0 in every floating type used here.
 template <typename T, int kN>
 __device__ __forceinline__ void zero16(Vec16<T, kN>& out) {

@@ -1,6 +1,6 @@
 // grad_weight from the backward's partial sums: dw[i] = sum over units u of partial[u, i].
-// A CTA owns 32 columns; its 8 warps take the units u = warp, warp + 8, ... in order (a warp
-// reads 128 contiguous bytes a unit), then warp 0 adds the 8 warp sums in warp order. The
+// A CTA owns 32 columns; its 32 warps take the units u = warp, warp + 32, ... in order (a warp
+// reads 128 contiguous bytes a unit), then warp 0 adds the 32 warp sums in warp order. The
 // order depends on the number of units only, so grad_weight is reproducible bitwise.
 #include "rmsnorm_device.cuh"
 #include "rmsnorm_paths.cuh"
@@ -10,7 +10,7 @@ namespace paths {
 namespace {
 
 constexpr int kColumns = 32;
-constexpr int kSlices = 8;
+constexpr int kSlices = 32;
 
 template <typename W>
 __global__ void __launch_bounds__(kColumns * kSlices)

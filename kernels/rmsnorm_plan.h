@@ -29,12 +29,15 @@ struct Plan {
 // Forward: x alone lives in registers, so a thread holds up to 8 vectors (32 registers).
 constexpr int kFwdSmallCta = 128;     // CTA size while a row needs fewer threads than this
 constexpr int kFwdMaxGroup = 512;     // largest row group before the row spreads over a cluster
+constexpr int kFwdPrefVpt = 4;      // more threads with fewer vectors each, while the group fits
 constexpr int kFwdMaxVpt = 8;
+constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with the cluster's bookkeeping
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
 constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows
 constexpr int kBwdMaxGroup = 512;
 constexpr int kBwdMaxVpt = 2;
+constexpr int kBwdClusterVpt = 2;
 // Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).
 constexpr int kMaxPortableCluster = 8;
 constexpr int kMaxCluster = 16;
@@ -55,18 +58,22 @@ constexpr int pow2_at_least(int64_t v) {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One row of n_vec vectors held by `group` threads with up to max_vpt vectors each, the group
-// growing to max_group, then to a cluster (see below). No plan beyond a 16-CTA cluster of
-// 1024-thread CTAs.
-constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int max_vpt) {
+// One row of n_vec vectors held by `group` threads with up to pref_vpt vectors each, the group
+// growing to max_group; then up to max_vpt vectors each; then a cluster of CTAs holding
+// cluster_vpt vectors a thread (see below). No plan beyond a 16-CTA cluster of 1024-thread CTAs.
+constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt, int max_vpt,
+                      int cluster_vpt) {
   Plan p;
   if (n_vec <= 0) return p;
   if (n_vec <= 32) {
     p.group = pow2_at_least(n_vec);
     p.vpt = 1;
-  } else if (n_vec <= int64_t(32) * max_vpt) {
+  } else if (n_vec <= int64_t(32) * pref_vpt) {
     p.group = 32;
     p.vpt = pow2_at_least(ceil_div(n_vec, 32));
+  } else if (n_vec <= int64_t(max_group) * pref_vpt) {
+    p.vpt = pref_vpt;
+    p.group = pow2_at_least(ceil_div(n_vec, pref_vpt));
   } else if (n_vec <= int64_t(max_group) * max_vpt) {
     p.vpt = max_vpt;
     p.group = pow2_at_least(ceil_div(n_vec, max_vpt));
@@ -77,9 +84,9 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int max_vpt) 
     const int groups[2] = {max_group, kMaxCtaThreads};
     for (int limit : limits) {
       for (int group : groups) {
-        const int64_t clusters = ceil_div(n_vec, int64_t(group) * max_vpt);
+        const int64_t clusters = ceil_div(n_vec, int64_t(group) * cluster_vpt);
         if (p.cluster == 1 && clusters <= limit) {
-          p.vpt = max_vpt;
+          p.vpt = cluster_vpt;
           p.group = group;
           p.cluster = pow2_at_least(clusters);
         }
@@ -92,11 +99,11 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int max_vpt) 
 }
 
 constexpr Plan forward_plan(int64_t n_vec) {
-  return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdMaxVpt);
+  return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 
 constexpr Plan backward_plan(int64_t n_vec) {
-  return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt);
+  return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt, kBwdMaxVpt, kBwdClusterVpt);
 }
 
 // Row units of the forward grid (a unit is one CTA, or one cluster; it handles cta / group rows).

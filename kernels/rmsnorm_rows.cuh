@@ -33,7 +33,8 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   // The weight is loaded with x (before the row's reduction, so its latency hides behind x's)
-  // when that costs at most 16 more registers a thread; otherwise after the reduction.
+  // when that costs at most 16 more registers a thread; otherwise it is prefetched into L1
+  // then and loaded after the reduction.
   constexpr bool kPrefetchW = kVpt * sizeof(VW) <= 64;
   __shared__ dev::ReduceSlots slots;
   unsigned int rank = 0, cluster_size = 1;
@@ -60,7 +61,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
       const int j = first_vec + v * group;
       if (active && j < n_vec) {
         dev::load16(xv[v], xr + j * kVec);
-        if constexpr (kPrefetchW) dev::load16(wv[v], weight + j * kVec);
+        if constexpr (kPrefetchW) {
+          dev::load16(wv[v], weight + j * kVec);
+        } else {
+          dev::prefetch_l1<W, kVec>(weight + j * kVec);
+        }
       } else {
         dev::zero16(xv[v]);
       }
@@ -275,7 +280,7 @@ void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* wei
   switch (p.vpt) {
 #define RMSNORM_FWD_CASE(VPT)                                                                   \
   case VPT:                                                                                     \
-    if constexpr (!kCluster || VPT == plan::kFwdMaxVpt) {                                       \
+    if constexpr (!kCluster || VPT == plan::kFwdClusterVpt) {                                       \
       launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, stream, x, x_row_stride,   \
                        weight, y, inv_rms, rows, n, eps, p.group);                              \
     }                                                                                           \
@@ -299,7 +304,7 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
   switch (p.vpt) {
 #define RMSNORM_BWD_CASE(VPT)                                                                  \
   case VPT:                                                                                    \
-    if constexpr (!kCluster || VPT == plan::kBwdMaxVpt) {                                      \
+    if constexpr (!kCluster || VPT == plan::kBwdClusterVpt) {                                      \
       launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, stream, dy,            \
                        dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n,  \
                        p.group);                                                               \

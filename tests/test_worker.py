@@ -184,3 +184,15 @@ def test_cuda_errors_restart_the_worker_only_when_the_context_is_broken():
         assert r.check("forward_matches_reference", Case(shape=(2, 8))).status == "pass"
     finally:
         r.stop()
+
+
+def test_slow_targets_get_a_longer_case_limit(monkeypatch):
+    from harness import worker
+
+    monkeypatch.delenv("RMSNORM_CASE_TIMEOUT", raising=False)
+    assert worker.case_timeout_for("peer:compiled") == worker.SLOW_TARGETS_S["peer:compiled"] > worker.DEFAULT_TIMEOUT_S
+    assert worker.case_timeout_for("project") == worker.DEFAULT_TIMEOUT_S
+    assert Runner("peer:compiled", "cpu").timeout_s == worker.SLOW_TARGETS_S["peer:compiled"]
+    assert Runner("peer:compiled", "cpu", timeout_s=7).timeout_s == 7
+    monkeypatch.setenv("RMSNORM_CASE_TIMEOUT", "30")  # the environment wins (DEFAULT_TIMEOUT_S is read at import)
+    assert worker.case_timeout_for("peer:compiled") == worker.DEFAULT_TIMEOUT_S
