@@ -180,6 +180,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "const int first_vec = lane;", count=2),)),
     Mutant("cluster_sum_local", "cuda", "the row's sum taken over the CTA's own slab only, not the cluster's",
            (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
+    Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before the cluster barrier",
+           (Edit(DEV, "    cluster.sync();\n    v = slots.cta[parity][0];", "    v = slots.cta[parity][0];"),)),
     Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
            (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",
                  "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n    V xv[kVpt];"),

@@ -74,6 +74,11 @@ __device__ __forceinline__ void prefetch_l1(const T* p) {
   }
 }
 
+// Ask L2 for the 16 bytes at p now (a later pass's data; no registers held meanwhile).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // All-zero bits: 0.0 in every floating type used here.
 template <typename T, int kN>
 __device__ __forceinline__ void zero16(Vec16<T, kN>& out) {
@@ -88,7 +93,7 @@ __device__ __forceinline__ void zero16(Vec16<T, kN>& out) {
 // thread has read the slot).
 struct ReduceSlots {
   float warp[2][kWarpSize];
-  float cta[2];
+  float cta[2][16];  // the cluster's CTA totals, by rank, pushed here by each CTA
 };
 
 // The sum of v over the `group` threads that share a row (group is a power of two; groups are
@@ -113,13 +118,16 @@ __device__ __forceinline__ float group_sum(float v, int group, int parity, Reduc
     for (int i = 1; i < warps_per_group; ++i) v += mine[i];
   }
   if constexpr (kCluster) {
+    // Each CTA pushes its total into every CTA's slot for its rank, then one cluster barrier,
+    // then every CTA adds the slots in rank order from its own shared memory: nothing reads a
+    // peer's memory after the barrier, so a CTA may exit as soon as it is done.
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) slots.cta[parity] = v;
-    cluster.sync();
     const unsigned int ctas = cluster.num_blocks();
-    v = *cluster.map_shared_rank(&slots.cta[parity], 0u);
-    for (unsigned int r = 1; r < ctas; ++r) v += *cluster.map_shared_rank(&slots.cta[parity], r);
+    if (threadIdx.x < ctas) *cluster.map_shared_rank(&slots.cta[parity][cluster.block_rank()], threadIdx.x) = v;
+    cluster.sync();
+    v = slots.cta[parity][0];
+    for (unsigned int r = 1; r < ctas; ++r) v += slots.cta[parity][r];
   }
   return v;
 }

@@ -78,12 +78,12 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt,
     p.vpt = max_vpt;
     p.group = pow2_at_least(ceil_div(n_vec, max_vpt));
   } else {
-    // Spread the row over a cluster: portable sizes first, each with the group's usual size,
-    // then 1024-thread CTAs; 16-CTA clusters (non-portable) last.
+    // Spread the row over a cluster of CTAs of the usual group size: 8 CTAs (portable), then 16
+    // (non-portable); 1024-thread CTAs (one a multiprocessor) only beyond that.
     const int limits[2] = {kMaxPortableCluster, kMaxCluster};
     const int groups[2] = {max_group, kMaxCtaThreads};
-    for (int limit : limits) {
-      for (int group : groups) {
+    for (int group : groups) {
+      for (int limit : limits) {
         const int64_t clusters = ceil_div(n_vec, int64_t(group) * cluster_vpt);
         if (p.cluster == 1 && clusters <= limit) {
           p.vpt = cluster_vpt;

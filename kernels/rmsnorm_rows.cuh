@@ -103,7 +103,6 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
       }
     }
   }
-  if constexpr (kCluster) cooperative_groups::this_cluster().sync();  // peers may still read our slots
 }
 
 // grad_x = inv * (g - x * inv^2 * sum(g * x) / n) with g = grad_out * w, and grad_weight's
@@ -165,6 +164,18 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
         dev::zero16(dv[v]);
         dev::zero16(xv[v]);
         dev::zero16(wv[v]);
+      }
+    }
+    // The next row this thread handles goes into L2 while this one is reduced and written.
+    const int64_t next = row + units * per_unit;
+    if (next < rows) {
+#pragma unroll
+      for (int v = 0; v < kVpt; ++v) {
+        const int j = first_vec + v * group;
+        if (j < n_vec) {
+          dev::prefetch_l2(dy + next * dy_row_stride + j * kVec);
+          dev::prefetch_l2(x + next * x_row_stride + j * kVec);
+        }
       }
     }
     const float inv = active ? inv_rms[row] : 0.f;
@@ -238,7 +249,6 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
       }
     }
   }
-  if constexpr (kCluster) cooperative_groups::this_cluster().sync();  // peers may still read our slots
 }
 
 // Shared memory the backward kernel needs beyond its static slots.
