@@ -54,7 +54,7 @@ def test_honours_current_stream(case):
     check("honours_current_stream", case)
 
 
-@settings(max_examples=2)  # about 4 GiB a tensor: a GPU law
+@settings(max_examples=3)  # about 4 GiB a tensor: a GPU law
 @given(case=strategy_for("beyond_2_31_elements"))
 def test_beyond_2_31_elements(case):
     check("beyond_2_31_elements", case)
