@@ -291,7 +291,8 @@ def check(impl: Impl, x, w, dy, ref) -> str:
     out = impl.forward(x, w)
     y = out[0] if isinstance(out, (tuple, list)) else out
     bad = []
-    for what, got, want in (("y", y, ref[0]), *zip(("grad_x", "grad_weight"), impl.prepare_backward(x, w, dy)(), ref[1:])):
+    grads = impl.prepare_backward(x, w, dy)()
+    for what, got, want in (("y", y, ref[0]), ("grad_x", grads[0], ref[1]), ("grad_weight", grads[1], ref[2])):
         err = _max_err(got, want)
         if not err <= _limit(x.dtype):
             bad.append(f"{what} max error {err:.3g} of the largest value")
@@ -343,7 +344,10 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                         r.error = wrong
                     else:
                         try:
-                            fn = (lambda: impl.forward(x, w)) if direction == "forward" else impl.prepare_backward(x, w, dy)
+                            if direction == "forward":
+                                fn = lambda: impl.forward(x, w)  # noqa: E731
+                            else:
+                                fn = impl.prepare_backward(x, w, dy)
                             r.ms = time_ms(fn)
                             r.gbps = (2 if direction == "forward" else 3) * m * n * s / (r.ms * 1e-3) / 1e9
                         except Exception as e:
@@ -465,7 +469,8 @@ def save(results: list[Result], ceiling: float, meta: dict, out_dir: Path) -> tu
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"meta": {**meta, "copy_gbps": ceiling}, "results": [r.__dict__ for r in results]}
     (out_dir / "bench.json").write_text(json.dumps(data, indent=1))
-    md = markdown(results, ceiling, f"## RMSNorm speed: {meta.get('device', '?')}, {meta.get('when', '')}, commit {meta.get('commit', '?')}")
+    title = f"## RMSNorm speed: {meta.get('device', '?')}, {meta.get('when', '')}, commit {meta.get('commit', '?')}"
+    md = markdown(results, ceiling, title)
     (out_dir / "bench.md").write_text(md + "\n")
     return out_dir / "bench.md", plot(results, ceiling, out_dir / "bench.png")
 

@@ -96,14 +96,31 @@ def parse(text: str) -> list[dict]:
     return out
 
 
+def short_name(name: str) -> str:
+    """'void rmsnorm::rows::fwd_kernel<__nv_bfloat16, float, 4, 0>(...)' -> 'fwd_kernel<bf16,float,4,0>'."""
+    n = name.replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
+    n = n[5:] if n.startswith("void ") else n
+    depth, cut = 0, len(n)
+    for i, ch in enumerate(n):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    n = n[:cut]
+    base, _, targs = n.partition("<")
+    base = base.split("::")[-1]
+    targs = targs[:-1].replace("__nv_bfloat16", "bf16").replace("__half", "half").replace(" ", "") if targs else ""
+    return f"{base}<{targs}>" if targs else base
+
+
 def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> str:
     least = {"forward": 2 * m * n * elem, "backward": 3 * m * n * elem}
     out = [f"{'kernel':<44} {'us':>8} {'DRAM%':>6} {'MB moved':>9} {'occ%':>5} {'theo%':>5} {'regs':>4} "
            f"{'block':>5} {'grid':>7} {'clu':>3} {'spill B':>7}  top stalls (per issue)"]
     total_us = 0.0
     for r in rows:
-        name = r.get("Kernel Name", "?")
-        short = name.split("(")[0].split("<")[0][-30:] + ("<" + name.split("<", 1)[1][:12] if "<" in name else "")
+        short = short_name(r.get("Kernel Name", "?"))
         get = {k: _num(r.get(v, "")) for k, v in BASE.items()}
         t_unit = r["_units"].get(BASE["time_us"], "ns")
         t_us = (get["time_us"] or 0) * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0,
@@ -117,8 +134,9 @@ def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> st
         spill = (get["local_ld"] or 0) + (get["local_st"] or 0)
         fmt = lambda v, f: ("-" if v is None else format(v, f))  # noqa: E731
         out.append(f"{short[:44]:<44} {t_us:8.1f} {fmt(get['dram_pct'], '6.1f')} {moved_mb:9.1f} "
-                   f"{fmt(get['occupancy_pct'], '5.1f')} {fmt(get['theoretical_pct'], '5.1f')} {fmt(get['registers'], '4.0f')} "
-                   f"{fmt(get['block'], '5.0f')} {fmt(get['grid'], '7.0f')} {fmt(get['cluster'], '3.0f')} {spill:7.0f}  "
+                   f"{fmt(get['occupancy_pct'], '5.1f')} {fmt(get['theoretical_pct'], '5.1f')} "
+                   f"{fmt(get['registers'], '4.0f')} {fmt(get['block'], '5.0f')} {fmt(get['grid'], '7.0f')} "
+                   f"{fmt(get['cluster'], '3.0f')} {spill:7.0f}  "
                    + ", ".join(f"{s} {v:.1f}" for v, s in stalls))
     dirs = ("forward", "backward") if direction == "both" else (direction,)
     need = sum(least[d] for d in dirs)

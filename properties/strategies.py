@@ -39,7 +39,8 @@ def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
     # where a kernel that rounds the threads or vectors a row needs to a power of two runs
     # short by a vector.
     kmax = max(5, max_n.bit_length() - 1)
-    past_pow2 = st.builds(lambda k, j, w: (1 << k) + j * w, st.integers(5, kmax), st.integers(1, 3), st.sampled_from([4, 8]))
+    past_pow2 = st.builds(lambda k, j, w: (1 << k) + j * w,
+                          st.integers(5, kmax), st.integers(1, 3), st.sampled_from([4, 8]))
     return st.one_of(plain, plain, plain, past_pow2.filter(lambda v: v <= max_n))  # 1 draw in 4
 
 

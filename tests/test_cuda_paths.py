@@ -112,4 +112,5 @@ def test_backward_is_bitwise_deterministic(dtype):
         first = ops.backward(dy, x, w, inv)
         for _ in range(3):
             again = ops.backward(dy, x, w, inv)
-            assert torch.equal(_bits(first[0]), _bits(again[0])) and torch.equal(_bits(first[1]), _bits(again[1])), f"{dtype} N={n}: backward differs run to run"
+            same = torch.equal(_bits(first[0]), _bits(again[0])) and torch.equal(_bits(first[1]), _bits(again[1]))
+            assert same, f"{dtype} N={n}: backward differs run to run"

@@ -1,0 +1,91 @@
+"""harness.bench and harness.profile off the GPU: the report's tables, ratios and plot from
+results, the parsing of a real Nsight Compute CSV (recorded on the H200), and the set-up errors
+both commands give on a machine without a GPU."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import bench, profile
+from harness.build import ROOT
+
+DATA = ROOT / "tests" / "data"
+
+
+def _results():
+    R = bench.Result
+    return [
+        R("project", "bfloat16", 4096, 16384, "forward", ms=0.1, gbps=3800.0),
+        R("native", "bfloat16", 4096, 16384, "forward", ms=0.12, gbps=3200.0),
+        R("liger", "bfloat16", 4096, 16384, "forward", ms=0.1, gbps=3900.0),
+        R("project", "bfloat16", 4096, 16384, "backward", ms=0.3, gbps=3300.0),
+        R("native", "bfloat16", 4096, 16384, "backward", error="grad_x max error 0.5 of the largest value"),
+        R("liger", "bfloat16", 4096, 16384, "backward", ms=0.6, gbps=1650.0),
+        R("liger", "bfloat16", 262144, 256, "forward", error="raised RuntimeError: n = 262144 exceeds 65536"),
+        R("project", "bfloat16", 262144, 256, "forward", ms=0.2, gbps=2000.0),
+        R("project", "bfloat16", 4096, 1, "decode", extra={"us": 2.16}),
+        R("liger", "bfloat16", 4096, 1, "decode", extra={"us": 1.95}),
+    ]
+
+
+def test_markdown_has_fractions_ratios_decode_and_what_was_not_timed():
+    md = bench.markdown(_results(), 4200.0, "## test")
+    assert "| 4096 | 3800 (0.90) | 3200 (0.76) | 3900 (0.93) | 0.97 |" in md  # 3800 / best peer 3900
+    assert "| 4096 | 3300 (0.79) | wrong | 1650 (0.39) | 2.00 |" in md  # a wrong peer is not a best peer
+    assert "| 262144 | 2000 (0.48) | - | fails | - |" in md  # no peer ran: no ratio
+    assert "| 1 x 4096 | 2.16 | - | 1.95 |" in md
+    assert "- native bfloat16 N=4096 backward: grad_x max error 0.5" in md
+    assert "- liger bfloat16 N=262144 forward: raised RuntimeError" in md
+
+
+def test_the_check_rejects_an_unwritten_element_however_large_the_tensor():
+    ref = torch.randn(256, 4096, dtype=torch.float64)
+    got = ref.clone().float()
+    assert bench._max_err(got, ref) < 1e-6
+    got[-1, -1] = 0.0 if ref[-1, -1].abs() > 0.5 else 7.0  # one element in a million
+    assert bench._max_err(got, ref) > 1e-2
+    got[0, 0] = float("nan")
+    assert bench._max_err(got, ref) == float("inf")
+
+
+def test_plot_draws_one_panel_per_dtype_and_direction(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in requirements.txt; the CPU lane has it")
+    line = bench.plot(_results(), 4200.0, tmp_path / "bench.png")
+    assert line == f"plot: {tmp_path / 'bench.png'}"
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_saved_json_reloads_and_replots(tmp_path):
+    md_path, _ = bench.save(_results(), 4200.0, {"device": "test", "commit": "abc"}, tmp_path)
+    results, ceiling, meta = bench.load_json(tmp_path / "bench.json")
+    assert ceiling == 4200.0 and meta["commit"] == "abc" and len(results) == len(_results())
+    assert "commit abc" in md_path.read_text()
+
+
+def test_profile_summary_of_a_recorded_ncu_run():
+    rows = profile.parse((DATA / "ncu-rows-16384x4096-bf16.csv").read_text())
+    names = [profile.short_name(r["Kernel Name"]) for r in rows]
+    assert names == ["fwd_kernel<bf16,bf16,4,0>", "bwd_kernel<bf16,bf16,2,0>", "dw_reduce_kernel<bf16>"]
+    text = profile.summarize(rows, 16384, 4096, 2, "both")
+    first = text.splitlines()[1]
+    assert first.split()[1] == "62.7"  # microseconds (ncu reports ns)
+    assert "long_scoreboard" in first
+    assert text.splitlines()[-1].startswith("total 180.4 us over 3 kernel(s); the least the steps must move: 671.1 MB")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("cmd", (["bench", "--n", "4096"], ["profile"]))
+def test_without_a_gpu_both_commands_say_so_and_exit_2(cmd):
+    p = subprocess.run([sys.executable, "-m", "harness", *cmd], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert "set-up error" in p.stderr and "sees none here" in p.stderr
+
+
+def test_bad_arguments_are_named():
+    p = subprocess.run([sys.executable, "-m", "harness", "bench", "--dtypes", "float8"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "--dtypes: expected values from bfloat16, float16, float32, but got 'float8'" in p.stderr or \
+        "sees none here" in p.stderr  # without a GPU the set-up error comes first
