@@ -1,4 +1,4 @@
-"""Command line: python -m harness {build,gate,fuzz,replay,sanitize,toolchain,mutate,bench,profile} [options]."""
+"""Command line: python -m harness {build,gate,fuzz,replay,sanitize,toolchain,mutate,bench,profile,sheet} [options]."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--layouts", default=None, help="comma-separated layouts of x and grad_out (harness.cases.LAYOUTS)")
     c.add_argument("--max-n", type=int, default=None, help="the largest N (last dimension) supported")
     c.add_argument("--no-zero-rows", action="store_true", help="inputs with zero rows are not supported")
+    p.add_argument("--require", default=None, metavar="LAWS",
+                   help="optional laws the target is held to, comma-separated: deterministic, batch-invariant, or "
+                        "none (default: both for this project and its mutants, none for other targets)")
 
 
 def _apply_env(args) -> None:
@@ -42,6 +45,12 @@ def _apply_env(args) -> None:
         os.environ["RMSNORM_CORPUS"] = str(Path(args.corpus).resolve())
     if args.lenient:
         os.environ["RMSNORM_STRICT"] = "0"
+    if getattr(args, "require", None) is not None:
+        from .laws import registry  # noqa: F401  (the laws register themselves)
+        from .laws.registry import REQUIRE_ENV, parse_required
+
+        parse_required(args.require)  # a ValueError names what was wrong (exit 2)
+        os.environ[REQUIRE_ENV] = args.require
     from .contract import ENV, from_args
 
     declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows)
@@ -300,6 +309,24 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_sheet(args) -> int:
+    from . import sheet
+    from .target import default_device
+
+    device = args.device or default_device()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"python3 -m harness sheet: set-up error: device cuda was asked for, but torch {torch.__version__} "
+                  "sees no GPU here", file=sys.stderr)
+            return EXIT_SETUP
+    default = "project,peer:hf,peer:native" + (",peer:liger" if device == "cuda" else "")
+    targets = _csv(args.target or default, "--target")
+    return sheet.main(targets, device, with_gate=not args.no_gate, gate_profile=args.gate_profile, budget=args.budget,
+                      out_dir=Path(args.out), commit=commit())
+
+
 def cmd_profile(args) -> int:
     from . import profile
 
@@ -375,6 +402,18 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--out", default=str(ROOT / ".build" / "bench"), help="folder for bench.md, bench.json, bench.png")
     be.add_argument("--plot", default=None, metavar="BENCH_JSON", help="only draw the plot of a saved bench.json")
     be.set_defaults(fn=cmd_bench)
+
+    sh = sub.add_parser("sheet", help="a property sheet: one column a target, one row a property (bitwise "
+                                      "determinism and batch invariance, what it accepts, accuracy, the gate)")
+    sh.add_argument("--target", default=None,
+                    help="comma-separated targets (default: project, peer:hf, peer:native, and peer:liger on CUDA); "
+                         "peer:hf is always added as eager PyTorch")
+    sh.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    sh.add_argument("--no-gate", action="store_true", help="leave out the gate's verdict (the slowest row)")
+    sh.add_argument("--gate-profile", default="dev", choices=("dev", "ci", "gate"))
+    sh.add_argument("--budget", type=float, default=600.0, help="wall-time budget of each gate run, seconds")
+    sh.add_argument("--out", default=str(ROOT / ".build" / "sheet"), help="folder for sheet.md, sheet.json, sheet.png")
+    sh.set_defaults(fn=cmd_sheet)
 
     pr = sub.add_parser("profile", help="Nsight Compute on one shape, summarised (CUDA)")
     pr.add_argument("--shape", default="16384x4096", help="MxN (default 16384x4096)")

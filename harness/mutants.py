@@ -155,6 +155,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(CUDA_BIND, "  if (xr.rows == 0) return {y, inv};\n", ""),
             Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
+    Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
+           (Edit(LAUNCH, "    if (p.ok() && p.cluster == 1) {\n      return paths::rows_forward",
+                 "    if (p.ok() && p.cluster == 1 && rows >= 64) {\n      return paths::rows_forward"),),
+           echoes="vllm-project/vllm#48271"),
     Mutant("fast_eps_dropped", "cuda", "eps left out of the statistics (fast path)",
            (Edit(ROWS, "dev::rsqrt_acc(ss / static_cast<float>(n) + eps);", "dev::rsqrt_acc(ss / static_cast<float>(n));"),)),
     Mutant("fast_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16 (fast path)",
@@ -233,6 +237,12 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(BIND, "cpu::rmsnorm_fwd_rows<T, W>(xp, xr.row_stride, wp,", "cpu::rmsnorm_fwd_rows<T, W>(xp, xr.n, wp,"),)),
     Mutant("cpu_grad_x_into_x", "cpu", "backward writes grad_x into x",
            (Edit(BIND, "dx.data_ptr<T>(), b, e, n);", "const_cast<T*>(xp), b, e, n);"),)),
+    Mutant("cpu_batch_variant_order", "cpu", "the sum of squares taken in another order when a thread gets 16 rows or more",
+           (Edit(CPU, "    const A ss = row_sum_squares(xr, n);\n",
+                 "    const A ss = row_end - row_begin < 16 ? row_sum_squares(xr, n) : [&] {\n"
+                 "      A s = 0;\n      for (int64_t i = n - 1; i >= 0; --i) s += static_cast<A>(xr[i]) * static_cast<A>(xr[i]);\n"
+                 "      return s;\n    }();\n"),),
+           echoes="vllm-project/vllm#48271"),
     Mutant("cpu_zero_rows_dw_unwritten", "cpu", "zero rows: grad_weight left unwritten",
            (Edit(BIND, "  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial",
                  "  if (rows == 0) return {dx, dw};\n  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial"),)),

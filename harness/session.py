@@ -294,7 +294,7 @@ def _require(law: str, info_: dict) -> None:
     from .target import NotApplicable
 
     t = SimpleNamespace(is_cuda=info_["device"].startswith("cuda"), has_ops=info_["has_ops"],
-                        has_backward=info_["has_backward"])
+                        has_backward=info_["has_backward"], spec=target_spec())
     why = LAWS[law].applicable(t)
     if why:
         try:

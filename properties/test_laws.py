@@ -30,6 +30,13 @@ def test_deterministic(case):
     check("deterministic", case)
 
 
+@replay_corpus("batch_invariant")
+@settings(max_examples=12)  # each case runs some 50 batch sizes
+@given(case=strategy_for("batch_invariant"))
+def test_batch_invariant(case):
+    check("batch_invariant", case)
+
+
 @replay_corpus("inputs_unchanged")
 @given(case=strategy_for("inputs_unchanged"))
 def test_inputs_unchanged(case):

@@ -89,7 +89,7 @@ def strided_equals_contiguous(target: Target, case: Case):
     return {}
 
 
-@law()
+@law(optional=True)
 def deterministic(target: Target, case: Case):
     """The same call twice gives bitwise the same outputs and gradients."""
     t = materialize(case, target.device)
@@ -110,3 +110,66 @@ def deterministic(target: Target, case: Case):
     _fail(msgs, case)
     return {}
 
+
+
+# Batch sizes where kernels switch paths: powers of two and their neighbours.
+BATCH_SIZES = sorted({1, 2, 3} | {s for k in range(2, 18) for s in ((1 << k) - 1, 1 << k, (1 << k) + 1)})
+BATCH_ELEMENTS = 1 << 21  # the largest batch drawn: at most this many elements
+
+
+@law(optional=True)
+def batch_invariant(target: Target, case: Case):
+    """A row's outputs are bitwise the same alone and in batches of 1 to 2^17 rows (powers of two
+    and their neighbours, up to 2^21 elements): forward (y, inv_rms) and grad_x."""
+    t = materialize(case, target.device)
+    why = batch_variance(target, case.n, case.torch_dtype, t.weight, case.eps, case.pattern, case.seed)
+    if why:
+        _fail([why], case)
+    return {}
+
+
+def batch_variance(target: Target, n: int, dtype: torch.dtype, weight: torch.Tensor, eps: float, pattern: str,
+                   seed: int, max_elements: int = BATCH_ELEMENTS) -> str | None:
+    """None when every batch of B rows (BATCH_SIZES up to max_elements) gives its rows the bits
+    the next smaller batch gave them, row 0 the bits it has alone, and row B-1 the bits it has
+    alone; else what differs, at the smallest such batch."""
+    from ..cases import values
+
+    sizes = [s for s in BATCH_SIZES if s * n <= max_elements] or [1]
+    gen = torch.Generator().manual_seed(seed)
+    pool = values(pattern, (sizes[-1], n), dtype, gen).to(dtype).to(target.device)
+    dy = values("normal", (sizes[-1], n), dtype, gen).to(dtype).to(target.device)
+
+    def run(rows: slice):
+        x = pool[rows]
+        y, inv = target.forward(x, weight, eps)
+        outs = {"y": y, "inv_rms": inv}
+        if target.has_backward:
+            outs["grad_x"] = target.backward(dy[rows], x, weight, inv_for_backward(x, eps, inv))[0]
+        return outs
+
+    alone_first = run(slice(0, 1))
+    previous = alone_first
+    for i, size in enumerate(sizes[1:], start=1):
+        batch = run(slice(0, size))
+        alone_last = run(slice(size - 1, size))
+        prev_size = sizes[i - 1]
+        for name in ("y", "inv_rms", "grad_x"):
+            b = batch.get(name)
+            if b is None:
+                continue
+            b = b.reshape(size, -1)
+            # The rows this batch shares with the previous (smaller) one, then its last row alone.
+            checks = ((slice(0, prev_size), previous[name].reshape(prev_size, -1), f"a batch of {prev_size}"),
+                      (slice(size - 1, size), alone_last[name].reshape(1, -1), "the row alone"))
+            for rows, want, what in checks:
+                got = b[rows]
+                if not _same_bits(got, want):
+                    differ = (_bits(got) != _bits(want)).reshape(got.shape[0], -1)
+                    row = rows.start + int(differ.any(-1).nonzero()[0, 0])
+                    diff = int(differ.sum())
+                    agree = f"; batches of {', '.join(map(str, sizes[:i]))} rows agree" if i > 1 else ""
+                    return (f"{name} of row {row} differs bitwise between {what} and a batch of {size} rows "
+                            f"({diff} of {got.numel()} element(s) differ; N = {n}{agree}): not batch invariant")
+        previous = batch
+    return None
