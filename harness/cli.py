@@ -226,14 +226,23 @@ def cmd_replay(args) -> int:
 
 
 def cmd_fuzz(args) -> int:
-    from .fuzz import fuzz
+    from .fuzz import campaign, default_workers, fuzz
 
     _apply_env(args)
+    laws = args.laws.split(",") if args.laws else None
+    if args.worker_status:  # one worker of a campaign: its parent did the set-up checks
+        return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk, status=Path(args.worker_status),
+                    offset=args.worker_offset)
     try:
         preflight("fuzzing")
     except SetupError as e:
         return _setup_failed("fuzz", e)
-    return fuzz(minutes=args.minutes, laws=args.laws.split(",") if args.laws else None, chunk=args.chunk)
+    from .target import default_device
+
+    workers = args.workers if args.workers is not None else default_workers(default_device())
+    if workers == 1:
+        return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk)
+    return campaign(workers=workers, minutes=args.minutes, laws=laws, chunk=args.chunk, device=default_device())
 
 
 def cmd_sanitize(args) -> int:
@@ -359,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--minutes", type=float, required=True, help="how long to fuzz")
     f.add_argument("--laws", default=None, help="comma-separated laws (default: all that apply)")
     f.add_argument("--chunk", type=int, default=50, help="examples per law before moving to the next")
+    f.add_argument("--workers", type=int, default=None,
+                   help="processes fuzzing at once, one GPU each, sharing the corpus and Hypothesis' database "
+                        "(default: one per visible GPU; one on the CPU)")
+    f.add_argument("--worker-status", default=None, help=argparse.SUPPRESS)
+    f.add_argument("--worker-offset", type=int, default=0, help=argparse.SUPPRESS)
     f.set_defaults(fn=cmd_fuzz)
 
     r = sub.add_parser("replay", help="reproduce one saved case and print a diagnosis")

@@ -1,12 +1,24 @@
 """python -m harness fuzz --minutes M: a time-boxed fuzzing session over every law, with a
 progress line, ending with a report. Failing cases are saved to the corpus as soon as they are
-found (and replaced by their shrunk form), so an interrupted session keeps them."""
+found (and replaced by their shrunk form), so an interrupted session keeps them.
+
+With --workers K (default: one per visible GPU, one on the CPU) the session is a campaign of K
+processes, each on its own GPU (CUDA_VISIBLE_DEVICES), each starting its rotation of the laws at
+another place; they share the case corpus and Hypothesis' example database (both directories,
+written file by file), and this process shows one progress line and prints one report that adds
+up theirs. Ctrl-C stops every worker; each reports what it did, and the report says so."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from .build import ROOT
 
@@ -97,7 +109,25 @@ def _progress(stop: threading.Event, t0: float, deadline: float, state: dict) ->
         print(("\r" + line.ljust(110)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
-def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
+def _status_writer(stop: threading.Event, path: Path, state: dict) -> None:
+    """A worker's progress, for the campaign's line: cases so far, failing laws, the law running."""
+    from . import session
+
+    while not stop.wait(1.0):
+        n = sum(sum(c.values()) for c in session.TALLY.by_law.values())
+        _write_json(path, {"cases": n, "failed": sorted(state["failed"]), "law": state["law"], "done": False})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=list))
+    os.replace(tmp, path)  # atomic: the reader never sees half a file
+
+
+def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = None, offset: int = 0) -> int:
+    """One session. status: run as one worker of a campaign (no progress line, no report: the
+    tally and the session's state go to this file for the campaign to add up); offset: where in
+    the rotation of the laws this worker starts."""
     if minutes <= 0:
         raise ValueError(f"fuzz: expected --minutes > 0, but got {minutes}")
     if chunk < 1:
@@ -119,22 +149,27 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
     tests = _collect(laws)
     from .target import is_prebuilt
 
-    if not is_prebuilt(session.target_spec()):
+    if not is_prebuilt(session.target_spec()) and status is None:
         from . import toolchain
 
         print(f"fuzz: {toolchain.probe().line()}", file=sys.stderr)
     info = session.runner().info
-    print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
-          f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min", file=sys.stderr)
+    if status is None:
+        print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
+              f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min", file=sys.stderr)
     t0 = time.time()
     deadline = t0 + minutes * 60
     state = {"law": "-", "failed": {}, "not_run": {}, "ran": set()}
     stop = threading.Event()
-    th = threading.Thread(target=_progress, args=(stop, t0, deadline, state), daemon=True)
+    if status is None:
+        th = threading.Thread(target=_progress, args=(stop, t0, deadline, state), daemon=True)
+    else:
+        th = threading.Thread(target=_status_writer, args=(stop, status, state), daemon=True)
     th.start()
     interrupted = False
     try:
-        rotation = list(tests)
+        k = offset % len(tests)
+        rotation = list(tests[k:] + tests[:k])
         while rotation and time.time() < deadline:
             for law, nodeid in list(rotation):
                 if time.time() >= deadline:
@@ -155,23 +190,149 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50) -> int:
     finally:
         stop.set()
         th.join()
-    print(file=sys.stderr)
     elapsed = time.time() - t0
-    total = sum(sum(c.values()) for c in session.TALLY.by_law.values())
-    print(f"fuzz report: {total} cases in {elapsed:.0f} s ({total / max(elapsed, 1e-9):.1f}/s)"
+    if status is not None:
+        if session._RUNNER is not None:
+            from collections import Counter
+
+            session.TALLY.worker = Counter(restarts=session._RUNNER.restarts, kept=session._RUNNER.kept_after_crash)
+        _write_json(status, {"done": True, "interrupted": interrupted, "elapsed": elapsed,
+                             "tally": session.TALLY.to_json(), "failed": state["failed"],
+                             "not_run": state["not_run"], "ran": sorted(state["ran"])})
+        return 130 if interrupted else (1 if state["failed"] else 0)
+    print(file=sys.stderr)
+    return _report(session.TALLY, state, tests, elapsed, interrupted)
+
+
+def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_worker: list[int] | None = None) -> int:
+    total = sum(sum(c.values()) for c in tally.by_law.values())
+    workers = (f", {len(per_worker)} workers ({' + '.join(map(str, per_worker))} cases)"
+               if per_worker is not None else "")
+    print(f"fuzz report: {total} cases in {elapsed:.0f} s ({total / max(elapsed, 1e-9):.1f}/s){workers}"
           + (", interrupted" if interrupted else ""))
     from .pytest_plugin import summary_lines
 
-    for line in summary_lines(session.TALLY, sorted(state["not_run"].items())):
+    for line in summary_lines(tally, sorted(state["not_run"].items())):
         print(line)
     never = [t for t, _ in tests if t not in state["ran"]]
     if never:
         print(f"never ran (the session ended before their turn): {', '.join(never)}")
-    for f in session.TALLY.failures:
-        print(f"FAILED {f['law']} [{f['status']}]: saved {f['file']}")
+    seen = set()
+    for f in tally.failures:  # workers of a campaign may save the same shrunk case (a file named by content)
+        if (f["law"], f["file"]) not in seen:
+            seen.add((f["law"], f["file"]))
+            print(f"FAILED {f['law']} [{f['status']}]: saved {f['file']}")
     for law, msg in state["failed"].items():
-        if not any(f["law"] == law for f in session.TALLY.failures):
+        if not any(f["law"] == law for f in tally.failures):
             print(f"FAILED {law}: {msg}")
     if interrupted:
         return 130
     return 1 if state["failed"] else 0
+
+
+def default_workers(device: str) -> int:
+    """One per visible GPU on CUDA, one on the CPU."""
+    if device == "cuda":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return 1
+
+
+def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device: str = "cpu") -> int:
+    """K fuzzing processes, one GPU each, one progress line and one report."""
+    if workers < 1:
+        raise ValueError(f"fuzz: expected --workers >= 1, but got {workers}")
+    if minutes <= 0:
+        raise ValueError(f"fuzz: expected --minutes > 0, but got {minutes}")
+    sys.path.insert(0, str(ROOT))
+    tests = _collect(laws)
+    gpus = 0
+    if device == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(gpus)]
+    from . import session
+
+    from .corpus import corpus_dir
+
+    corpus = corpus_dir()
+    where = f"GPUs {', '.join(ids[i % len(ids)] for i in range(workers))}" if ids else "the CPU"
+    print(f"fuzz: a campaign of {workers} workers on {where}, target {session.target_spec()}, {len(tests)} tests of "
+          f"{len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min; one corpus ({corpus}) and one Hypothesis "
+          f"database (.hypothesis/) shared", file=sys.stderr)
+    status_dir = Path(tempfile.mkdtemp(prefix="rmsnorm-fuzz-"))
+    procs = []
+    t0 = time.time()
+    for i in range(workers):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if ids:
+            env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
+        cmd = [sys.executable, "-m", "harness", "fuzz", "--minutes", str(minutes), "--chunk", str(chunk),
+               "--workers", "1", "--worker-status", str(status_dir / f"worker-{i}.json"), "--worker-offset",
+               str(i * len(tests) // workers)]
+        if laws:
+            cmd += ["--laws", ",".join(laws)]
+        log = open(status_dir / f"worker-{i}.log", "w")
+        procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    interrupted = False
+    tty = sys.stderr.isatty()
+    last = 0.0
+    try:
+        while any(p.poll() is None for p, _ in procs):
+            time.sleep(1.0)
+            now = time.time()
+            if not tty and now - last < 30:
+                continue
+            last = now
+            st = [_read_json(status_dir / f"worker-{i}.json") for i in range(workers)]
+            n = sum(s.get("cases", 0) if not s.get("done") else sum(sum(c.values()) for c in
+                    s["tally"]["by_law"].values()) for s in st)
+            failed = set().union(*[set(s.get("failed", [])) for s in st])
+            line = (f"fuzz: {now - t0:6.0f} s of {minutes * 60:.0f} | {n} cases ({n / max(now - t0, 1e-9):.1f}/s) "
+                    f"on {workers} workers | {len(failed)} failing law(s)")
+            print(("\r" + line.ljust(110)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        for p, _ in procs:  # a terminal's Ctrl-C reached them too; a signal to this process alone did not
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p, _ in procs:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    finally:
+        for _, log in procs:
+            log.close()
+    print(file=sys.stderr)
+    from .session import Tally
+
+    tally = Tally()
+    state = {"failed": {}, "not_run": {}, "ran": set()}
+    per_worker = []
+    for i, (p, _) in enumerate(procs):
+        s = _read_json(status_dir / f"worker-{i}.json")
+        if not s.get("done"):
+            tail = (status_dir / f"worker-{i}.log").read_text().strip().splitlines()[-5:]
+            print(f"fuzz: worker {i} ended (exit {p.returncode}) without its report; its last lines:\n  "
+                  + "\n  ".join(tail), file=sys.stderr)
+            state["failed"][f"worker {i}"] = f"the worker died (exit {p.returncode})"
+            per_worker.append(0)
+            continue
+        tally.merge(s["tally"])
+        per_worker.append(sum(sum(c.values()) for c in s["tally"]["by_law"].values()))
+        state["failed"].update(s["failed"])
+        state["not_run"].update(s["not_run"])
+        state["ran"].update(s["ran"])
+        interrupted = interrupted or s.get("interrupted", False)
+    return _report(tally, state, tests, time.time() - t0, interrupted, per_worker)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -179,6 +179,14 @@ def runner() -> Runner:
             count = torch.cuda.device_count()
             if count > 1:  # one GPU per xdist worker
                 env["CUDA_VISIBLE_DEVICES"] = str(int(wid[2:]) % count)
+        elif dev == "cuda" and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            import torch
+
+            count = torch.cuda.device_count()
+            if count > 1:  # a process of its own (HypoFuzz's, say): the GPU the fewest others hold
+                from .gpus import claim
+
+                env["CUDA_VISIBLE_DEVICES"] = str(claim(count))
         _RUNNER = Runner(target_spec(), dev, strict=strict(), env=env)
         _RUNNER.start()
         atexit.register(_RUNNER.stop)

@@ -1,4 +1,7 @@
-"""python -m harness fuzz: time-boxed, shows progress, ends with a report, exit 1 on failure."""
+"""python -m harness fuzz: time-boxed, shows progress, ends with a report, exit 1 on failure; with
+--workers, a campaign of several processes that share the corpus and report once."""
+
+import re
 
 from tests._run import run
 
@@ -23,3 +26,16 @@ def test_fuzz_names_the_laws_that_never_ran(tmp_path):
                     timeout=600)
     assert code == 0, out
     assert "never ran (the session ended before their turn):" in out and " tests of " in out, out
+
+
+def test_a_two_worker_campaign_shares_the_corpus_and_reports_once(tmp_path):
+    code, out = run(["-m", "harness", "fuzz", "--minutes", "0.4", "--workers", "2", "--chunk", "10",
+                     "--laws", "forward_matches_reference,scale_invariance",
+                     "--target", "module:tests.targets.wrong_tail", "--corpus", str(tmp_path)], timeout=600)
+    assert code == 1, out
+    assert "a campaign of 2 workers on the CPU" in out and out.count("fuzz report:") == 1, out
+    m = re.search(r"2 workers \((\d+) \+ (\d+) cases\)", out)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out  # both workers checked cases
+    assert "FAILED forward_matches_reference" in out, out
+    saved = list(tmp_path.glob("module-tests.targets.wrong_tail/*.json"))
+    assert saved and any(f"saved {p}" in out for p in saved), (saved, out)  # one corpus for both workers

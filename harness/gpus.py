@@ -1,0 +1,57 @@
+"""Spreading independent processes over the GPUs of a host: each process that runs a target on
+CUDA, with several GPUs visible and no assignment of its own (CUDA_VISIBLE_DEVICES, an xdist
+worker id), claims the GPU the fewest live processes hold. Claims are files named by GPU and
+pid in one directory, taken under a file lock; a dead process's claims are dropped by the next
+claimant. This is how HypoFuzz's `hypothesis fuzz -n K` (or any K runs of the suite side by
+side) lands on K GPUs, not all on GPU 0."""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+CLAIMS_ENV = "RMSNORM_GPU_CLAIMS"  # the claims directory (default: rmsnorm-gpu-claims in the temp dir)
+
+
+def claims_dir() -> Path:
+    return Path(os.environ.get(CLAIMS_ENV) or Path(tempfile.gettempdir()) / "rmsnorm-gpu-claims")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(count: int) -> int:
+    """The index (0 .. count-1) of the GPU the fewest live processes have claimed, now claimed by
+    this process until it exits."""
+    if count < 1:
+        raise ValueError(f"gpus.claim: expected at least one GPU, but got {count}")
+    d = claims_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        live: Counter = Counter()
+        for f in d.glob("gpu*-pid*"):
+            m = re.fullmatch(r"gpu(\d+)-pid(\d+)", f.name)
+            if not m:
+                continue
+            if _alive(int(m.group(2))):
+                live[int(m.group(1))] += 1
+            else:
+                f.unlink(missing_ok=True)
+        gpu = min(range(count), key=lambda g: (live[g], g))
+        mine = d / f"gpu{gpu}-pid{os.getpid()}"
+        mine.touch()
+    atexit.register(lambda: mine.unlink(missing_ok=True))
+    return gpu
