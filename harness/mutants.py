@@ -156,8 +156,8 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
     Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
-           (Edit(LAUNCH, "    if (p.ok() && p.cluster == 1) {\n      return paths::rows_forward",
-                 "    if (p.ok() && p.cluster == 1 && rows >= 64) {\n      return paths::rows_forward"),),
+           (Edit(LAUNCH, "    if (p.ok() && p.cluster == 1) {\n      return paths::fast_forward",
+                 "    if (p.ok() && p.cluster == 1 && rows >= 64) {\n      return paths::fast_forward"),),
            echoes="vllm-project/vllm#48271"),
     Mutant("fast_eps_dropped", "cuda", "eps left out of the statistics (fast path)",
            (Edit(ROWS, "dev::rsqrt_acc(ss / static_cast<float>(n) + eps);", "dev::rsqrt_acc(ss / static_cast<float>(n));"),)),

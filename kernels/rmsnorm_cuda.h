@@ -13,6 +13,13 @@
 
 #include "rmsnorm_common.h"
 
+// The (T, W) pairs the launchers are built for: RMSNORM_FOR_EACH_PAIR(M) expands M(T, W) for
+// each; RMSNORM_FOR_EACH_FAST_PAIR leaves out float64, which has no fast path.
+#define RMSNORM_FOR_EACH_FAST_PAIR(M) \
+  M(float, float) M(__half, __half) M(__half, float) M(__nv_bfloat16, __nv_bfloat16) M(__nv_bfloat16, float)
+#define RMSNORM_FOR_EACH_PAIR(M) RMSNORM_FOR_EACH_FAST_PAIR(M) M(double, double) M(double, float)
+#define RMSNORM_FOR_EACH_TYPE(M) M(float) M(double) M(__half) M(__nv_bfloat16)
+
 namespace rmsnorm {
 
 template <typename T, typename W>

@@ -272,19 +272,12 @@ void fallback_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x
                                         const AccT<T>*, T*, W*, AccT<T>*, int64_t, int64_t, \
                                         cudaStream_t);
 
-RMSNORM_INSTANTIATE(float, float)
-RMSNORM_INSTANTIATE(double, double)
-RMSNORM_INSTANTIATE(double, float)
-RMSNORM_INSTANTIATE(__half, __half)
-RMSNORM_INSTANTIATE(__half, float)
-RMSNORM_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-RMSNORM_INSTANTIATE(__nv_bfloat16, float)
+RMSNORM_FOR_EACH_PAIR(RMSNORM_INSTANTIATE)
 #undef RMSNORM_INSTANTIATE
 
-template size_t fallback_workspace_bytes<float>(int64_t, int64_t);
-template size_t fallback_workspace_bytes<double>(int64_t, int64_t);
-template size_t fallback_workspace_bytes<__half>(int64_t, int64_t);
-template size_t fallback_workspace_bytes<__nv_bfloat16>(int64_t, int64_t);
+#define RMSNORM_INSTANTIATE(T) template size_t fallback_workspace_bytes<T>(int64_t, int64_t);
+RMSNORM_FOR_EACH_TYPE(RMSNORM_INSTANTIATE)
+#undef RMSNORM_INSTANTIATE
 
 }  // namespace paths
 }  // namespace rmsnorm

@@ -81,10 +81,10 @@ void launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
   const plan::Plan p = fast_plan_forward(x, x_row_stride, weight, y, rows, n);
   if constexpr (has_fast_path<T>()) {
     if (p.ok() && p.cluster == 1) {
-      return paths::rows_forward<T, W>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
+      return paths::fast_forward<T, W, false>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
     }
     if (p.ok()) {
-      return paths::cluster_forward<T, W>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
+      return paths::fast_forward<T, W, true>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
     }
   }
   paths::fallback_forward<T, W>(x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
@@ -108,11 +108,11 @@ void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t 
   if constexpr (has_fast_path<T>()) {
     if (p.ok()) {
       if (p.cluster == 1) {
-        paths::rows_backward<T, W>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
-                                   workspace, rows, n, stream);
+        paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
+                                          workspace, rows, n, stream);
       } else {
-        paths::cluster_backward<T, W>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
-                                      workspace, rows, n, stream);
+        paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
+                                         workspace, rows, n, stream);
       }
       paths::dw_from_partials<W>(workspace, plan::backward_units(p, rows), n, dw, stream);
       return;
@@ -129,18 +129,11 @@ void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t 
                                          const AccT<T>*, T*, W*, AccT<T>*, int64_t,        \
                                          int64_t, cudaStream_t);
 
-RMSNORM_INSTANTIATE(float, float)
-RMSNORM_INSTANTIATE(double, double)
-RMSNORM_INSTANTIATE(double, float)
-RMSNORM_INSTANTIATE(__half, __half)
-RMSNORM_INSTANTIATE(__half, float)
-RMSNORM_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
-RMSNORM_INSTANTIATE(__nv_bfloat16, float)
+RMSNORM_FOR_EACH_PAIR(RMSNORM_INSTANTIATE)
 #undef RMSNORM_INSTANTIATE
 
-template size_t rmsnorm_bwd_workspace_bytes<float>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<double>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<__half>(int64_t, int64_t);
-template size_t rmsnorm_bwd_workspace_bytes<__nv_bfloat16>(int64_t, int64_t);
+#define RMSNORM_INSTANTIATE(T) template size_t rmsnorm_bwd_workspace_bytes<T>(int64_t, int64_t);
+RMSNORM_FOR_EACH_TYPE(RMSNORM_INSTANTIATE)
+#undef RMSNORM_INSTANTIATE
 
 }  // namespace rmsnorm

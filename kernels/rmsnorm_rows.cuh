@@ -9,6 +9,7 @@
 
 #include "rmsnorm_cuda.h"
 #include "rmsnorm_device.cuh"
+#include "rmsnorm_paths.cuh"
 #include "rmsnorm_plan.h"
 
 namespace rmsnorm {
@@ -329,4 +330,32 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
 }
 
 }  // namespace rows
+
+namespace paths {
+
+template <typename T, typename W, bool kCluster>
+void fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
+                  float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  rows::forward<T, W, kCluster>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
+}
+
+template <typename T, typename W, bool kCluster>
+void fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
+                   int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
+                   float* partial, int64_t rows, int64_t n, cudaStream_t stream) {
+  rows::backward<T, W, kCluster>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial,
+                                 rows, n, stream);
+}
+
+}  // namespace paths
 }  // namespace rmsnorm
+
+// Explicit instantiation of a fast path (kCluster = CLUSTER) for one (T, W) pair: each of
+// rmsnorm_rows.cu and rmsnorm_cluster.cu expands it for every fast pair, so the two build apart.
+#define RMSNORM_INSTANTIATE_FAST_PATH(T, W, CLUSTER)                                             \
+  template void rmsnorm::paths::fast_forward<T, W, CLUSTER>(                                     \
+      const rmsnorm::plan::Plan&, const T*, int64_t, const W*, T*, float*, int64_t, int64_t,     \
+      float, cudaStream_t);                                                                      \
+  template void rmsnorm::paths::fast_backward<T, W, CLUSTER>(                                    \
+      const rmsnorm::plan::Plan&, const T*, int64_t, const T*, int64_t, const W*, const float*,  \
+      T*, float*, int64_t, int64_t, cudaStream_t);
