@@ -229,6 +229,12 @@ def cmd_fuzz(args) -> int:
     from .fuzz import campaign, default_workers, fuzz
 
     _apply_env(args)
+    if args.database:
+        from .fuzz import DB_ENV, example_database
+
+        example_database(args.database)  # a ValueError names what is missing (exit 2)
+        db = args.database
+        os.environ[DB_ENV] = db if db.startswith("redis://") else str(Path(db).resolve())
     laws = args.laws.split(",") if args.laws else None
     if args.worker_status:  # one worker of a campaign: its parent did the set-up checks
         return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk, status=Path(args.worker_status),
@@ -371,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--workers", type=int, default=None,
                    help="processes fuzzing at once, one GPU each, sharing the corpus and Hypothesis' database "
                         "(default: one per visible GPU; one on the CPU)")
+    f.add_argument("--database", default=None,
+                   help="Hypothesis' example database: a folder (several hosts may share one) or redis://host:port/db "
+                        "(default: .hypothesis/examples)")
     f.add_argument("--worker-status", default=None, help=argparse.SUPPRESS)
     f.add_argument("--worker-offset", type=int, default=0, help=argparse.SUPPRESS)
     f.set_defaults(fn=cmd_fuzz)

@@ -23,6 +23,23 @@ from pathlib import Path
 from .build import ROOT
 
 PROPERTIES = ROOT / "properties"
+DB_ENV = "RMSNORM_HYPOTHESIS_DB"  # Hypothesis' example database for fuzzing: a folder or redis://...
+
+
+def example_database(spec: str):
+    """Hypothesis' example database at spec: a folder (one file per example, so several hosts can
+    share it over a network file system) or redis://host:port/db (hypothesis.extra.redis)."""
+    if spec.startswith("redis://"):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError as e:
+            raise ValueError(f"--database {spec}: a Redis database needs the redis package (pip install redis): "
+                             f"{e}") from None
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    return DirectoryBasedExampleDatabase(str(Path(spec).resolve()))
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-s", "-q", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
 
 
@@ -137,12 +154,11 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
 
     import conftest  # noqa: F401  (registers the profiles)
 
-    settings.register_profile("fuzz-run", parent=settings.get_profile("fuzz"), max_examples=chunk)
+    db = os.environ.get(DB_ENV)
+    settings.register_profile("fuzz-run", parent=settings.get_profile("fuzz"), max_examples=chunk,
+                              **({"database": example_database(db)} if db else {}))
     settings.load_profile("fuzz-run")  # before the tests are imported, so they take it
     from . import session
-
-    import os
-
     from .pytest_plugin import FUZZ_DRIVER
 
     os.environ[FUZZ_DRIVER] = "1"  # each chunk is a pytest run; the session reports once, here
@@ -262,7 +278,7 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
     where = f"GPUs {', '.join(ids[i % len(ids)] for i in range(workers))}" if ids else "the CPU"
     print(f"fuzz: a campaign of {workers} workers on {where}, target {session.target_spec()}, {len(tests)} tests of "
           f"{len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min; one corpus ({corpus}) and one Hypothesis "
-          f"database (.hypothesis/) shared", file=sys.stderr)
+          f"database ({os.environ.get(DB_ENV) or '.hypothesis/examples'}) shared", file=sys.stderr)
     status_dir = Path(tempfile.mkdtemp(prefix="rmsnorm-fuzz-"))
     procs = []
     t0 = time.time()

@@ -127,7 +127,8 @@ def layouts(t, dtype) -> tuple[dict, dict]:
         if not _same(y.contiguous(), yc):
             variant.append(layout)
     refused = [lay for lay in LAYOUTS if lay not in accepted]
-    acc = {"ok": None, "text": "all" if not refused else f"{', '.join(accepted) or 'none'}; refused: {', '.join(refused)}"}
+    text = "all" if not refused else f"{', '.join(accepted) or 'none'}; refused: {', '.join(refused)}"
+    acc = {"ok": None, "text": text}
     inv = {"ok": not variant, "text": "yes" if not variant else f"no: {', '.join(variant)} differ from contiguous"}
     if not accepted:
         inv = {"ok": None, "text": "not measured (every layout refused)"}

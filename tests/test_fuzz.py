@@ -39,3 +39,23 @@ def test_a_two_worker_campaign_shares_the_corpus_and_reports_once(tmp_path):
     assert "FAILED forward_matches_reference" in out, out
     saved = list(tmp_path.glob("module-tests.targets.wrong_tail/*.json"))
     assert saved and any(f"saved {p}" in out for p in saved), (saved, out)  # one corpus for both workers
+
+
+def test_two_hosts_share_the_corpus_and_the_database(tmp_path):
+    # Two independent sessions, as two hosts would run them, on one corpus folder and one database folder.
+    import subprocess
+    import sys
+
+    from tests._run import ROOT
+
+    args = [sys.executable, "-m", "harness", "fuzz", "--minutes", "0.3", "--chunk", "10", "--laws",
+            "forward_matches_reference", "--target", "module:tests.targets.wrong_tail",
+            "--corpus", str(tmp_path / "corpus"), "--database", str(tmp_path / "db")]
+    hosts = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in hosts]
+    for p, out in zip(hosts, outs):
+        assert p.returncode == 1 and "FAILED forward_matches_reference" in out, out
+    saved = list((tmp_path / "corpus").glob("module-tests.targets.wrong_tail/*.json"))
+    assert saved and all(any(f"saved {s}" in out for out in outs) for s in saved), (saved, outs)
+    assert any(f.is_file() for f in (tmp_path / "db").rglob("*")), "nothing in the shared example database"

@@ -61,4 +61,5 @@ def test_this_project_is_held_to_both_by_default():
 
 def test_an_unknown_requirement_is_a_set_up_error():
     code, out = gate("--require", "fast")
-    assert code == 2 and "--require: expected names from deterministic, batch-invariant (or none), but got fast" in out, out
+    want = "--require: expected names from deterministic, batch-invariant (or none), but got fast"
+    assert code == 2 and want in out, out
