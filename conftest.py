@@ -21,8 +21,12 @@ _common = dict(
     # the target, and the gate's report says what failed.
     phases=[p for p in Phase if p is not Phase.explain],
 )
-settings.register_profile("dev", max_examples=20, **_common)
-settings.register_profile("ci", max_examples=40, derandomize=True, database=None, **_common)
+# Each profile starts from Hypothesis' own defaults, not from whatever profile is loaded at import:
+# where a CI variable is set, Hypothesis loads its "ci" profile (derandomized, no database) first,
+# and a fuzzing session would then draw the same cases chunk after chunk.
+_base = settings.get_profile("default")
+settings.register_profile("dev", parent=_base, max_examples=20, **_common)
+settings.register_profile("ci", parent=_base, max_examples=40, derandomize=True, database=None, **_common)
 settings.register_profile("gate", parent=settings.get_profile("ci"))
-settings.register_profile("fuzz", max_examples=1_000_000, **_common)
+settings.register_profile("fuzz", parent=_base, max_examples=1_000_000, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

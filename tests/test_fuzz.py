@@ -59,3 +59,14 @@ def test_two_hosts_share_the_corpus_and_the_database(tmp_path):
     saved = list((tmp_path / "corpus").glob("module-tests.targets.wrong_tail/*.json"))
     assert saved and all(any(f"saved {s}" in out for out in outs) for s in saved), (saved, outs)
     assert any(f.is_file() for f in (tmp_path / "db").rglob("*")), "nothing in the shared example database"
+
+
+def test_profiles_mean_the_same_where_a_ci_variable_is_set():
+    # Hypothesis loads its own derandomized "ci" profile where CI is set; a fuzzing session that
+    # inherited it would draw the same cases every chunk (and never find a tail bug at N % 8 == 7).
+    code, out = run(["-c", "import conftest\nfrom hypothesis import settings\n"
+                     "for n in ('dev', 'fuzz', 'ci'):\n"
+                     "    s = settings.get_profile(n); print(n, s.derandomize, s.database is None)"],
+                    env={"CI": "true", "GITHUB_ACTIONS": "true"})
+    assert code == 0, out
+    assert out.split("\n")[:3] == ["dev False False", "fuzz False False", "ci True True"], out
