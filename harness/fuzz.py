@@ -58,14 +58,17 @@ class _Outcomes:
             self.reports.append(report)
 
 
-def _collect(laws):
+def _collect(laws, profile: str | None = None):
     """(test name, node id) of the property tests, collected by pytest from properties/ (the
-    harness runs the tests; it does not import them)."""
+    harness runs the tests; it does not import them). profile: the Hypothesis profile the tests
+    are imported under; @given takes its settings (budget, database) from the profile loaded when
+    the test is defined, and the later chunks import nothing again."""
     import pytest
 
     found = _Outcomes()
     with _quiet():
-        pytest.main([str(PROPERTIES), "--collect-only", *PYTEST_ARGS], plugins=[found])
+        pytest.main([str(PROPERTIES), "--collect-only", *PYTEST_ARGS,
+                     *([f"--hypothesis-profile={profile}"] if profile else [])], plugins=[found])
     tests = [(nid.split("::")[-1][len("test_"):], nid) for nid in found.items]
     if not tests:
         raise RuntimeError(f"fuzz: pytest collected no tests from {PROPERTIES}")
@@ -162,7 +165,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
     from .pytest_plugin import FUZZ_DRIVER
 
     os.environ[FUZZ_DRIVER] = "1"  # each chunk is a pytest run; the session reports once, here
-    tests = _collect(laws)
+    tests = _collect(laws, "fuzz-run")
     from .target import is_prebuilt
 
     if not is_prebuilt(session.target_spec()) and status is None:
