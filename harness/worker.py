@@ -61,6 +61,10 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     faulthandler.enable()  # a crash prints the Python stack of where it happened
     import torch  # noqa: F401  (import before the target, whose module needs it)
 
+    threads = os.environ.get("RMSNORM_CPU_THREADS")  # set by session.runner when processes share the cores
+    if threads:
+        torch.set_num_threads(int(threads))
+
     from . import laws, target as tgt
     from .cases import Case
 

@@ -196,3 +196,36 @@ def test_slow_targets_get_a_longer_case_limit(monkeypatch):
     assert Runner("peer:compiled", "cpu", timeout_s=7).timeout_s == 7
     monkeypatch.setenv("RMSNORM_CASE_TIMEOUT", "30")  # the environment wins (DEFAULT_TIMEOUT_S is read at import)
     assert worker.case_timeout_for("peer:compiled") == worker.DEFAULT_TIMEOUT_S
+
+
+def test_processes_side_by_side_share_the_cores(monkeypatch):
+    """K workers of xdist or of a fuzz campaign each get cores // K torch threads (each starting a
+    thread per core made `gate -n 2` twice as slow as no -n on 2 cores)."""
+    import os
+
+    from harness import session
+
+    for k in ("RMSNORM_CPU_THREADS", "PYTEST_XDIST_WORKER_COUNT", "RMSNORM_PROCESSES"):
+        monkeypatch.delenv(k, raising=False)
+    cores = os.cpu_count() or 1
+    assert session.cpu_threads() is None  # one process: torch's own default
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    assert session.cpu_threads() == max(1, cores // 2)
+    monkeypatch.setenv("RMSNORM_CPU_THREADS", "3")
+    assert session.cpu_threads() == 3
+    monkeypatch.setenv("RMSNORM_CPU_THREADS", "0")
+    try:
+        session.cpu_threads()
+        raise AssertionError("RMSNORM_CPU_THREADS=0 was accepted")
+    except ValueError as e:
+        assert "expected a whole number >= 1, but got '0'" in str(e)
+    monkeypatch.setenv("RMSNORM_CPU_THREADS", "1")
+    monkeypatch.setenv("RMSNORM_EXPECT_THREADS", "1")
+    r = Runner("module:tests.targets.thread_probe", "cpu", strict=False,
+               env={"RMSNORM_CPU_THREADS": str(session.cpu_threads())})
+    r.start()
+    try:
+        v = r.check("forward_matches_reference", Case(shape=(3, 4)))
+        assert v.status == "pass", v
+    finally:
+        r.stop()
