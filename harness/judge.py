@@ -340,12 +340,13 @@ class Backward:
     bound_x: torch.Tensor
     bound_w: torch.Tensor
     stats: tol.RowStats
-    rows_ok: torch.Tensor
+    rows_ok: torch.Tensor  # rows whose grad_x is compared
+    weight_rows_ok: torch.Tensor  # rows whose statistics allow grad_weight's terms to be judged
 
     @property
     def weight_comparable(self) -> bool:
         """grad_weight sums every row: compared only when every row is."""
-        return bool(self.rows_ok.all())
+        return bool(self.weight_rows_ok.all())
 
     @property
     def unverified_rows(self) -> int:
@@ -362,12 +363,13 @@ def expect_backward(grad_out, x, weight, eps, inv=None, gw_dtype=None) -> Backwa
         inv_used = inv.detach().reshape(tuple(x.shape[:-1])).to(torch.float64)
         d_used = torch.nan_to_num(((inv_used - stats.inv).abs() / stats.inv), nan=0.0, posinf=0.0)
     bound_x, bound_w = tol.backward_bounds(grad_out, x, weight, stats, d_used, gx_ref, gw_ref, gw_dtype or weight.dtype)
-    rows_ok = stats.verifiable | ~stats.finite
+    rows_ok = stats.grad_verifiable | ~stats.finite
+    weight_rows_ok = stats.verifiable | ~stats.finite
     _, ex, ew = eager_ref(x, weight, eps, grad_out)
-    bound_x = _eager_widened(bound_x, ex, gx_ref, row_mask(stats.verifiable, x.shape), rowwise=True)
-    if bool(rows_ok.all()):
+    bound_x = _eager_widened(bound_x, ex, gx_ref, row_mask(stats.grad_verifiable, x.shape), rowwise=True)
+    if bool(weight_rows_ok.all()):
         bound_w = _eager_widened(bound_w, ew, gw_ref, torch.ones_like(gw_ref, dtype=torch.bool), rowwise=False)
-    return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok)
+    return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok, weight_rows_ok)
 
 
 def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True

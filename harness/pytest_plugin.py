@@ -236,9 +236,9 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
                          f"{need} needed; declare the target's contract (--dtypes ..., RMSNORM_CONTRACT) so "
                          "that cases are drawn inside it")
     if t.unverified_rows:
-        lines.append(f"rows not compared: {t.unverified_rows} (their sum of squares leaves the accumulation "
-                     "type's range, overflowing or in its subnormal range, where the right answer depends on the "
-                     "implementation)")
+        lines.append(f"rows not compared: {t.unverified_rows} (their statistics leave the accumulation type's "
+                     "range: the sum of squares overflowing or in its subnormal range, or, for grad_x, inv_rms^3 "
+                     "overflowing; there the right answer depends on the implementation)")
     if t.worker["restarts"] or t.worker["kept"]:
         from .worker import start_method
 

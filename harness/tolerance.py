@@ -18,7 +18,8 @@ last rounding; 2 u_out allows one extra rounding to the output dtype (the weight
 low precision).
 d_range is the relative change that flushing fp32 subnormals can make to mean(x^2) + eps; a row
 whose statistics leave the accumulation type's range (d_range > 1e-3, or sum(x^2) near its
-overflow) has no single right answer at that precision and is not compared. S = 2.
+overflow) has no single right answer at that precision and is not compared; nor, in grad_x, is
+a row whose inv^3 overflows it (mean(x^2) + eps below about 2e-26 in float32). S = 2.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class RowStats:
     d_inv: torch.Tensor  # relative error bound of a computed inv_rms
     verifiable: torch.Tensor  # bool: row statistics inside the accumulation type's range
     finite: torch.Tensor  # bool: row inputs all finite
+    grad_verifiable: torch.Tensor  # bool: verifiable, and inv_rms^3 (in grad_x's formula) in range too
 
 
 def row_stats(x: torch.Tensor, eps: float) -> RowStats:
@@ -80,9 +82,14 @@ def row_stats(x: torch.Tensor, eps: float) -> RowStats:
     finite = torch.isfinite(x64).all(dim=-1)
     fmax = torch.finfo(acc).max
     verifiable = finite & (d_range <= 1e-3) & (ss <= fmax / 4) & torch.isfinite(inv)
+    # grad_x = inv * g - x * inv^3 * sum(g x) / N: where inv^3 overflows the accumulation type
+    # (mean(x^2) + eps below about 2e-26 in float32, 8e-206 in float64: zero rows and a tiny
+    # eps), autograd's rsqrt backward and the textbook formula give inf or inf * 0 = NaN
+    # while the exact gradient is finite; that answer depends on the order of operations.
+    grad_verifiable = verifiable & (ms_eps >= (fmax / 4) ** (-2.0 / 3.0))
     if acc == torch.float64:  # the float64 reference rounds as much as the target
         d_inv = d_inv * 2
-    return RowStats(inv=inv, d_inv=d_inv, verifiable=verifiable, finite=finite)
+    return RowStats(inv=inv, d_inv=d_inv, verifiable=verifiable, finite=finite, grad_verifiable=grad_verifiable)
 
 
 def forward_bounds(x, weight, eps, stats: RowStats, y_dtype):

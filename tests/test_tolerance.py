@@ -108,3 +108,26 @@ def test_a_true_value_past_the_dtype_range_may_round_to_inf():
     assert not judge.compare("grad_x", got, ref, torch.tensor([100.0, 0.0], dtype=torch.float64))
     assert judge.compare("grad_x", torch.tensor([float("-inf"), -1.0], dtype=torch.float16), ref,
                        torch.tensor([100.0, 0.0], dtype=torch.float64))
+
+
+def test_grad_x_is_not_judged_where_inv_rms_cubed_overflows():
+    """Zero rows with a tiny eps: inv_rms is finite, but inv_rms^3 (in grad_x's formula) overflows,
+    and autograd through F.rms_norm gives NaN where the exact gradient is finite. Found by a CPU
+    fuzz of peer:native (float64, eps 4.6e-237). Such rows are not compared; others still are."""
+    for dtype, eps in ((torch.float64, 4.58962e-237), (torch.float32, 1e-30)):
+        x = torch.zeros(3, 4, dtype=dtype)
+        x[2] = torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=dtype)  # an ordinary row beside them
+        x.requires_grad_(True)
+        w = torch.linspace(0.5, 2.0, 4, dtype=dtype).requires_grad_(True)
+        dy = torch.linspace(-1.0, 1.0, 12, dtype=dtype).reshape(3, 4)
+        y = torch.nn.functional.rms_norm(x, (4,), w, eps)
+        gx, gw = torch.autograd.grad(y, (x, w), dy)
+        assert bool(torch.isnan(gx[0]).all()), gx  # what the peer does: the exact gradient is finite
+        inv = torch.rsqrt(x.detach().pow(2).mean(-1) + eps)
+        msgs, unverified = judge.judge_backward(gx, gw, dy, x.detach(), w.detach(), eps, inv)
+        assert not [m for m in msgs if m], msgs
+        assert unverified == 2, unverified
+        wrong = gx.clone()
+        wrong[2, 1] += 1.0  # the ordinary row is still judged
+        msgs, _ = judge.judge_backward(wrong, gw, dy, x.detach(), w.detach(), eps, inv)
+        assert any(m for m in msgs), msgs
