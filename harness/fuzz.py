@@ -286,7 +286,8 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
     procs = []
     t0 = time.time()
     for i in range(workers):
-        env = dict(os.environ, PYTHONUNBUFFERED="1", RMSNORM_PROCESSES=str(workers))  # they share the cores
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env[session.SHARERS_ENV] = str(workers)  # they share the cores
         if ids:
             env["CUDA_VISIBLE_DEVICES"] = ids[i % len(ids)]
         cmd = [sys.executable, "-m", "harness", "fuzz", "--minutes", str(minutes), "--chunk", str(chunk),

@@ -61,7 +61,9 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     faulthandler.enable()  # a crash prints the Python stack of where it happened
     import torch  # noqa: F401  (import before the target, whose module needs it)
 
-    threads = os.environ.get("RMSNORM_CPU_THREADS")  # set by session.runner when processes share the cores
+    from .session import THREADS_ENV
+
+    threads = os.environ.get(THREADS_ENV)  # set by session.runner when processes share the cores
     if threads:
         torch.set_num_threads(int(threads))
 
