@@ -34,6 +34,11 @@ cuda_t<T>* cuda_ptr(const at::Tensor& t) {
   return reinterpret_cast<cuda_t<T>*>(t.data_ptr<T>());
 }
 
+// The launchers take outputs on 16-byte boundaries (the caching allocator's blocks are).
+bool is_aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
 std::tuple<at::Tensor, at::Tensor> forward_cuda(const at::Tensor& x, const at::Tensor& weight,
                                                 double eps) {
   check_forward_args(x, weight, eps);
@@ -45,13 +50,17 @@ std::tuple<at::Tensor, at::Tensor> forward_cuda(const at::Tensor& x, const at::T
   const at::Tensor& y = io.y;
   const at::Tensor& inv = io.inv;
   if (xr.rows == 0) return {y, inv};
+  TORCH_INTERNAL_ASSERT(is_aligned16(y), "rmsnorm: the allocator returned y off a 16-byte boundary");
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
     using W = decltype(wt);
     using A = AccT<cuda_t<T>>;
+    const size_t bytes = rmsnorm_fwd_workspace_bytes<cuda_t<T>, cuda_t<W>>(cuda_ptr<T>(xr.owner), xr.row_stride,
+                                                                         cuda_ptr<W>(w), xr.rows, xr.n);
+    const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
     launch_rmsnorm_fwd<cuda_t<T>, cuda_t<W>>(cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w),
-                                             cuda_ptr<T>(y), inv.data_ptr<A>(), xr.rows, xr.n,
-                                             static_cast<A>(eps), stream);
+                                             cuda_ptr<T>(y), inv.data_ptr<A>(), workspace.data_ptr(), xr.rows,
+                                             xr.n, static_cast<A>(eps), stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {y, inv};
@@ -70,17 +79,19 @@ std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, con
   const at::Tensor& inv = io.inv;
   const at::Tensor& dx = io.dx;
   const at::Tensor& dw = io.dw;
+  TORCH_INTERNAL_ASSERT(is_aligned16(dx), "rmsnorm: the allocator returned grad_x off a 16-byte boundary");
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
     using W = decltype(wt);
     using A = AccT<cuda_t<T>>;
-    const size_t bytes = rmsnorm_bwd_workspace_bytes<cuda_t<T>>(xr.rows, xr.n);
-    at::Tensor workspace =
-        at::empty({static_cast<int64_t>(bytes / sizeof(A))}, inv.options());
+    const size_t bytes = rmsnorm_bwd_workspace_bytes<cuda_t<T>, cuda_t<W>>(
+        cuda_ptr<T>(dyr.owner), dyr.row_stride, cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w), xr.rows,
+        xr.n);
+    const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
     launch_rmsnorm_bwd<cuda_t<T>, cuda_t<W>>(
         cuda_ptr<T>(dyr.owner), dyr.row_stride, cuda_ptr<T>(xr.owner), xr.row_stride,
         cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dx), cuda_ptr<W>(dw),
-        workspace.data_ptr<A>(), xr.rows, xr.n, stream);
+        workspace.data_ptr(), xr.rows, xr.n, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {dx, dw};

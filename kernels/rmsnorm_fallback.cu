@@ -1,9 +1,11 @@
 // Fallback CUDA path: one block per row (grid-stride over rows), a warp-shuffle plus
-// shared-memory block reduction, 16-byte vector loads and stores when every row is aligned,
-// and a scalar partial-tile path for the columns left over. It takes what the fast paths do
-// not: float64, rows too long for a cluster, lengths that are not a whole number of 16-byte
-// vectors, misaligned or oddly strided rows. grad_weight is reduced in two stages with a fixed
-// order, so it is bitwise reproducible.
+// shared-memory block reduction. It takes what the fast paths do not: float64, rows too long for
+// a cluster, lengths that are not a whole number of 16-byte vectors. A row is read as logical
+// vectors of kVec elements (the last one partial when kVec does not divide N); the block's size
+// and which thread adds which element in which order depend on N only, and aligned rows merely
+// load whole vectors as one 16-byte word, so a row has the same bits alone and in any batch,
+// whatever its alignment. grad_weight is reduced in two stages with a fixed order, so it is
+// bitwise reproducible.
 #include "rmsnorm_device.cuh"
 #include "rmsnorm_paths.cuh"
 
@@ -52,10 +54,37 @@ __device__ A block_reduce_sum(A v, A* shared) {
   return total;
 }
 
-// y = x * inv_rms * w, one block per row. Threads stride over the row's kVec-wide vectors,
-// then over the scalar tail (n % kVec columns); the block reduction leaves the sum of
-// squares in every thread; thread 0 writes inv_rms.
-template <typename T, typename W, int kVec>
+// Logical vector j of a row: elements [j * kVec, min(n, (j + 1) * kVec)). kWide: the row starts on
+// a 16-byte boundary, so a whole vector is one 16-byte load; otherwise (and for the partial last
+// vector) its elements are loaded one by one. Elements past n are left as they are.
+template <typename T, int kVec, bool kWide>
+__device__ __forceinline__ void load_vec(Vec<T, kVec>& out, const T* row, int64_t j, int64_t n) {
+  if (kWide && (j + 1) * kVec <= n) {
+    out = reinterpret_cast<const Vec<T, kVec>*>(row)[j];
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (j * kVec + k < n) out.v[k] = row[j * kVec + k];
+  }
+}
+
+template <typename T, int kVec, bool kWide>
+__device__ __forceinline__ void store_vec(T* row, int64_t j, int64_t n, const Vec<T, kVec>& in) {
+  if (kWide && (j + 1) * kVec <= n) {
+    reinterpret_cast<Vec<T, kVec>*>(row)[j] = in;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    if (j * kVec + k < n) row[j * kVec + k] = in.v[k];
+  }
+}
+
+// y = x * inv_rms * w, one block per row. Thread t adds the squares of its logical vectors
+// j = t, t + blockDim.x, ... element by element in order; the block reduction leaves the sum in
+// every thread; thread 0 writes inv_rms.
+template <typename T, typename W, int kVec, bool kWide>
 __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x,   // [rows, x_row_stride]
                                    int64_t x_row_stride,
                                    const W* __restrict__ weight,  // [n]
@@ -65,44 +94,43 @@ __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x,   // [rows, x_row_st
   using A = AccT<T>;
   using V = Vec<T, kVec>;
   __shared__ A shared[kWarpSize];
-  const int64_t n_vec = n / kVec;
+  const int64_t n_vec = (n + kVec - 1) / kVec;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * x_row_stride;
     T* yr = y + row * n;
     A ss = 0;
     for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const V v = reinterpret_cast<const V*>(xr)[j];
+      V v;
+      load_vec<T, kVec, kWide>(v, xr, j, n);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const A a = to_acc(v.v[k]);
-        ss += a * a;
+        if (j * kVec + k < n) {
+          const A a = to_acc(v.v[k]);
+          ss += a * a;
+        }
       }
-    }
-    for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {
-      const A a = to_acc(xr[i]);
-      ss += a * a;
     }
     ss = block_reduce_sum(ss, shared);
     const A inv = rsqrt_acc(ss / static_cast<A>(n) + eps);
     if (threadIdx.x == 0) inv_rms[row] = inv;
     for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const V v = reinterpret_cast<const V*>(xr)[j];
-      V out;
+      V v, out;
+      load_vec<T, kVec, kWide>(v, xr, j, n);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        out.v[k] = from_acc<T>(to_acc(v.v[k]) * inv * static_cast<A>(to_acc(weight[j * kVec + k])));
+        if (j * kVec + k < n) {
+          out.v[k] = from_acc<T>(to_acc(v.v[k]) * inv * static_cast<A>(to_acc(weight[j * kVec + k])));
+        }
       }
-      reinterpret_cast<V*>(yr)[j] = out;
-    }
-    for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {
-      yr[i] = from_acc<T>(to_acc(xr[i]) * inv * static_cast<A>(to_acc(weight[i])));
+      store_vec<T, kVec, kWide>(yr, j, n, out);
     }
   }
 }
 
-// grad_x = inv * (g - x * inv^2 * sum(g * x) / n) with g = dy * w, one block per row; the
-// block reduction of sum(g * x) leaves it in every thread.
-template <typename T, typename W, int kVec>
+// grad_x = inv * (g - x * inv^2 * sum(g * x) / n) with g = dy * w, one block per row, the
+// logical vectors of the forward kernel; the block reduction of sum(g * x) leaves it in every
+// thread.
+template <typename T, typename W, int kVec, bool kWide>
 __global__ void rmsnorm_bwd_dx_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
                                       int64_t dy_row_stride,
                                       const T* __restrict__ x,   // [rows, x_row_stride]
@@ -114,40 +142,38 @@ __global__ void rmsnorm_bwd_dx_kernel(const T* __restrict__ dy,  // [rows, dy_ro
   using A = AccT<T>;
   using V = Vec<T, kVec>;
   __shared__ A shared[kWarpSize];
-  const int64_t n_vec = n / kVec;
+  const int64_t n_vec = (n + kVec - 1) / kVec;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* dyr = dy + row * dy_row_stride;
     const T* xr = x + row * x_row_stride;
     T* dxr = dx + row * n;
     A dot = 0;
     for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const V vd = reinterpret_cast<const V*>(dyr)[j];
-      const V vx = reinterpret_cast<const V*>(xr)[j];
+      V vd, vx;
+      load_vec<T, kVec, kWide>(vd, dyr, j, n);
+      load_vec<T, kVec, kWide>(vx, xr, j, n);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        dot += to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * to_acc(vx.v[k]);
+        if (j * kVec + k < n) {
+          dot += to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * to_acc(vx.v[k]);
+        }
       }
-    }
-    for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {
-      dot += to_acc(dyr[i]) * static_cast<A>(to_acc(weight[i])) * to_acc(xr[i]);
     }
     dot = block_reduce_sum(dot, shared);
     const A inv = inv_rms[row];
     const A c = inv * inv * dot / static_cast<A>(n);
     for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {
-      const V vd = reinterpret_cast<const V*>(dyr)[j];
-      const V vx = reinterpret_cast<const V*>(xr)[j];
-      V out;
+      V vd, vx, out;
+      load_vec<T, kVec, kWide>(vd, dyr, j, n);
+      load_vec<T, kVec, kWide>(vx, xr, j, n);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const A g = to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k]));
-        out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));
+        if (j * kVec + k < n) {
+          const A g = to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k]));
+          out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));
+        }
       }
-      reinterpret_cast<V*>(dxr)[j] = out;
-    }
-    for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {
-      const A g = to_acc(dyr[i]) * static_cast<A>(to_acc(weight[i]));
-      dxr[i] = from_acc<T>(inv * (g - to_acc(xr[i]) * c));
+      store_vec<T, kVec, kWide>(dxr, j, n, out);
     }
   }
 }
@@ -196,12 +222,15 @@ constexpr int vec_width() {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// True when every row of a [rows, row_stride] view starts on a 16-byte boundary.
+// True when every row of a [rows, row_stride] view starts on a 16-byte boundary. It only picks
+// the width of the loads: the order of every sum is the same either way.
 template <typename T>
 bool rows_aligned(const T* p, int64_t row_stride, int64_t rows) {
   return aligned16(p) && (rows <= 1 || row_stride % vec_width<T>() == 0);
 }
 
+// Threads of a row's block: one per logical vector (threads_for((n + kVec - 1) / kVec)), in whole
+// warps, at most kMaxThreads; a function of n only.
 int threads_for(int64_t units) {
   int64_t t = (units + kWarpSize - 1) / kWarpSize * kWarpSize;
   if (t < kWarpSize) t = kWarpSize;
@@ -213,6 +242,18 @@ unsigned int blocks_for(int64_t rows) {
   return static_cast<unsigned int>(rows < kMaxBlocks ? rows : kMaxBlocks);
 }
 
+// dst[r, :] = src[r, :] for a [rows, n] view of src with any row stride (0 and overlapping rows
+// included): one block per row (grid-stride), threads over the row's elements.
+template <typename T>
+__global__ void copy_rows_kernel(const T* __restrict__ src,  // [rows, src_row_stride]
+                                 int64_t src_row_stride,
+                                 T* __restrict__ dst,  // [rows, n], contiguous
+                                 int64_t rows, int64_t n) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[row * n + i] = src[row * src_row_stride + i];
+  }
+}
+
 }  // namespace
 
 template <typename T, typename W>
@@ -222,13 +263,20 @@ void fallback_forward(const T* x, int64_t x_row_stride, const W* weight, T* y,
   if (rows == 0 || n == 0) return;
   constexpr int kVec = vec_width<T>();
   const dim3 grid(blocks_for(rows));
+  const int threads = threads_for((n + kVec - 1) / kVec);
   if (rows_aligned(x, x_row_stride, rows) && rows_aligned(y, n, rows)) {
-    rmsnorm_fwd_kernel<T, W, kVec><<<grid, threads_for(n / kVec), 0, stream>>>(
+    rmsnorm_fwd_kernel<T, W, kVec, true><<<grid, threads, 0, stream>>>(
         x, x_row_stride, weight, y, inv_rms, rows, n, eps);
   } else {
-    rmsnorm_fwd_kernel<T, W, 1><<<grid, threads_for(n), 0, stream>>>(
+    rmsnorm_fwd_kernel<T, W, kVec, false><<<grid, threads, 0, stream>>>(
         x, x_row_stride, weight, y, inv_rms, rows, n, eps);
   }
+}
+
+template <typename T>
+void copy_rows(const T* src, int64_t src_row_stride, int64_t rows, int64_t n, T* dst, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  copy_rows_kernel<T><<<blocks_for(rows), threads_for(n), 0, stream>>>(src, src_row_stride, dst, rows, n);
 }
 
 template <typename T>
@@ -244,12 +292,13 @@ void fallback_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x
   constexpr int kVec = vec_width<T>();
   if (rows > 0) {
     const dim3 grid(blocks_for(rows));
+    const int threads = threads_for((n + kVec - 1) / kVec);
     if (rows_aligned(dy, dy_row_stride, rows) && rows_aligned(x, x_row_stride, rows) &&
         rows_aligned(dx, n, rows)) {
-      rmsnorm_bwd_dx_kernel<T, W, kVec><<<grid, threads_for(n / kVec), 0, stream>>>(
+      rmsnorm_bwd_dx_kernel<T, W, kVec, true><<<grid, threads, 0, stream>>>(
           dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, rows, n);
     } else {
-      rmsnorm_bwd_dx_kernel<T, W, 1><<<grid, threads_for(n), 0, stream>>>(
+      rmsnorm_bwd_dx_kernel<T, W, kVec, false><<<grid, threads, 0, stream>>>(
           dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, rows, n);
     }
   }
@@ -275,7 +324,9 @@ void fallback_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x
 RMSNORM_FOR_EACH_PAIR(RMSNORM_INSTANTIATE)
 #undef RMSNORM_INSTANTIATE
 
-#define RMSNORM_INSTANTIATE(T) template size_t fallback_workspace_bytes<T>(int64_t, int64_t);
+#define RMSNORM_INSTANTIATE(T)                                          \
+  template size_t fallback_workspace_bytes<T>(int64_t, int64_t);        \
+  template void copy_rows<T>(const T*, int64_t, int64_t, int64_t, T*, cudaStream_t);
 RMSNORM_FOR_EACH_TYPE(RMSNORM_INSTANTIATE)
 #undef RMSNORM_INSTANTIATE
 

@@ -2,7 +2,8 @@
 //   rmsnorm_rows.cu      a row held in registers by a group of threads of one CTA
 //   rmsnorm_cluster.cu   a row held in registers by the CTAs of a thread-block cluster
 //   rmsnorm_dw.cu        grad_weight from the backward's per-unit partial sums
-//   rmsnorm_fallback.cu  one CTA per row, any length, layout and dtype (float64 included)
+//   rmsnorm_fallback.cu  one CTA per row, any length, layout and dtype (float64 included); the
+//                        copy that stages misaligned rows for the fast paths
 // rmsnorm_launch.cu is the only place a path is chosen (thresholds: rmsnorm_plan.h).
 #pragma once
 
@@ -15,7 +16,8 @@
 namespace rmsnorm {
 namespace paths {
 
-// Fast paths: T is float, __half or __nv_bfloat16 and W is T or float (16-byte vectors);
+// Fast paths: T is float, __half or __nv_bfloat16 and W is T or float (16-byte vectors); every
+// row of every tensor and the weight start on 16-byte boundaries (the launcher stages them so);
 // kCluster false is rmsnorm_rows.cu's path, true rmsnorm_cluster.cu's.
 template <typename T, typename W, bool kCluster>
 void fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
@@ -28,6 +30,10 @@ void fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, cons
 // dw[i] = sum over u < units of partial[u, i], in a fixed order; zeros when units is 0.
 template <typename W>
 void dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream);
+
+// dst = the rows of src, contiguous (any row stride, 0 and overlapping rows included).
+template <typename T>
+void copy_rows(const T* src, int64_t src_row_stride, int64_t rows, int64_t n, T* dst, cudaStream_t stream);
 
 // The fallback: the same contract as the launchers of rmsnorm_cuda.h.
 template <typename T, typename W>

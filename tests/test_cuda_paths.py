@@ -73,7 +73,7 @@ def test_padded_rows_and_persistent_units(dtype):
     for n_vec in (1, 33, 512, 4097):
         n = n_vec * vec
         rows = max(1, min(5000, MAX_ELEMENTS // n))  # more rows than a persistent backward has units
-        for pad in (vec, 1):  # an aligned row stride (fast path), a misaligned one (fallback)
+        for pad in (vec, 1):  # an aligned row stride, a misaligned one (staged into aligned memory)
             x, w, dy = _inputs(rows, n, dtype, dtype, pad=pad, seed=n_vec)
             _judge(x, w, dy, f"{dtype} rows={rows} N={n} row stride {n + pad}")
 
@@ -100,6 +100,35 @@ def test_a_row_has_the_same_bits_in_any_batch(dtype):
                 f"{dtype} N={n}: forward of the first {rows} rows differs from the same rows in a batch of {big}"
             assert torch.equal(_bits(gx), _bits(gx_all[:rows])), \
                 f"{dtype} N={n}: grad_x of the first {rows} rows differs from the same rows in a batch of {big}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES + (torch.float64,), ids=str)
+def test_every_row_has_its_bits_alone_at_its_own_address(dtype):
+    # Each row of a batch, sliced alone where it lies in memory, against the batch: at 31fccca the
+    # fallback counted a single row as aligned whatever its stride, so row 4 of a [5, 7] float32
+    # batch (alone: on a 16-byte boundary) took the vector kernel and, in the batch, the scalar
+    # one, another summation order (the gate's batch_invariant law on the H200). Rows of a padded
+    # or offset layout of a fast-path length likewise took the fast path alone and the fallback
+    # in their batch.
+    ops = _ops()
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for n, pad, offset in ((7, 0, 0), (vec * 8 + 3, 0, 0), (vec * 8, 1, 0), (vec * 8, 0, 1), (vec * 64, 3, 0),
+                           (vec * 4097, 1, 0), (vec * 2 ** 15, 0, 1)):
+        rows = max(2, min(9, MAX_ELEMENTS // (n + pad)))
+        storage = torch.randn(offset + rows * (n + pad), device="cuda", generator=g).to(dtype)
+        x = storage[offset:].view(rows, n + pad)[:, :n]
+        w = (1 + 0.5 * torch.randn(n, device="cuda", generator=g)).to(dtype)
+        dy = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
+        y_all, inv_all = ops.forward(x, w, EPS)
+        gx_all, _ = ops.backward(dy, x, w, inv_all)
+        for r in range(rows):
+            y, inv = ops.forward(x[r:r + 1], w, EPS)
+            gx, _ = ops.backward(dy[r:r + 1], x[r:r + 1], w, inv)
+            where = f"{dtype} N={n} row stride {n + pad} offset {offset}: row {r} of {rows}"
+            assert torch.equal(_bits(y), _bits(y_all[r:r + 1])), f"{where}: y alone differs from y in the batch"
+            assert torch.equal(_bits(inv), _bits(inv_all[r:r + 1])), f"{where}: inv_rms alone differs"
+            assert torch.equal(_bits(gx), _bits(gx_all[r:r + 1])), f"{where}: grad_x alone differs"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
