@@ -67,16 +67,15 @@ CPU = "kernels/rmsnorm_cpu.h"
 BIND = "binding/rmsnorm.cpp"
 
 _FWD_ROW = "const T* xr = x + row * x_row_stride;\n    T* yr = y + row * n;"
-_FWD_TAIL_OUT = "for (int64_t i = n_vec * kVec + threadIdx.x; i < n; i += blockDim.x) {\n      yr[i] ="
-_FWD_SS_VEC = ("for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {\n"
-               "      const V v = reinterpret_cast<const V*>(xr)[j];\n#pragma unroll\n"
-               "      for (int k = 0; k < kVec; ++k) {\n        const A a")
+_FWD_OUT_LOOP = "for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {\n      V v, out;"
+_STORE_TAIL = "if (j * kVec + k < n) row[j * kVec + k] = in.v[k];"
+_FWD_SS_VEC = "for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {\n      V v;\n      load_vec"
 _FWD_LOOP = "for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n    const T* xr = x + row * x_row_stride;\n    T* yr"
 
 CATALOGUE: tuple[Mutant, ...] = (
     # ---- CUDA kernels and the CUDA side of the binding -----------------------------------------
     Mutant("cuda_vec_tail_unwritten", "cuda", "vector tail skipped when N is not a multiple of the vector width",
-           (Edit(CU, _FWD_TAIL_OUT, _FWD_TAIL_OUT.replace("i < n;", "i < n_vec * kVec;")),),
+           (Edit(CU, _FWD_OUT_LOOP, _FWD_OUT_LOOP.replace("j < n_vec;", "j < n / kVec;")),),
            echoes="ROCm/aiter#5044"),
     Mutant("cuda_misaligned_pointer", "cuda", "a misaligned data pointer assumed 16-byte aligned",
            (Edit(CU, "return aligned16(p) && (rows <= 1 || row_stride % vec_width<T>() == 0);",
@@ -103,10 +102,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(CU, "const A inv = rsqrt_acc(ss / static_cast<A>(n) + eps);",
                  "const A inv = rsqrt_acc(ss / static_cast<A>(n));"),)),
     Mutant("cuda_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16",
-           (Edit(CU, "ss += a * a;", "ss = to_acc(from_acc<T>(ss + a * a));", count=2),),
+           (Edit(CU, "ss += a * a;", "ss = to_acc(from_acc<T>(ss + a * a));"),),
            echoes="nntrainer/nntrainer#3935"),
     Mutant("cuda_square_in_half", "cuda", "x*x computed in fp16/bf16 (overflows past 256 in fp16)",
-           (Edit(CU, "ss += a * a;", "ss += to_acc(from_acc<T>(a * a));", count=2),),
+           (Edit(CU, "ss += a * a;", "ss += to_acc(from_acc<T>(a * a));"),),
            echoes="pytorch/pytorch#133085"),
     Mutant("cuda_weight_index", "cuda", "the weight indexed by the vector, not the element (invisible with unit weights)",
            (Edit(CU, "out.v[k] = from_acc<T>(to_acc(v.v[k]) * inv * static_cast<A>(to_acc(weight[j * kVec + k])));",
@@ -117,11 +116,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(CU, "  }\n  __syncthreads();\n  const A total = shared[0];", "  }\n  const A total = shared[0];"),),
            echoes="NVIDIA/apex#1184"),
     Mutant("cuda_fwd_tail_past_row", "cuda", "an off-by-one write past the end of each row (out of bounds on the last)",
-           (Edit(CU, _FWD_TAIL_OUT, _FWD_TAIL_OUT.replace("i < n;", "i <= n;")),),
+           (Edit(CU, _STORE_TAIL, _STORE_TAIL.replace("< n)", "<= n)")),),
            echoes="ROCm/aiter#5290"),
     Mutant("cuda_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term",
-           (Edit(CU, "out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));", "out.v[k] = from_acc<T>(inv * g);"),
-            Edit(CU, "dxr[i] = from_acc<T>(inv * (g - to_acc(xr[i]) * c));", "dxr[i] = from_acc<T>(inv * g);"))),
+           (Edit(CU, "out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));", "out.v[k] = from_acc<T>(inv * g);"),)),
     Mutant("cuda_bwd_inv_of_block", "cuda", "backward reads the inv_rms of the block, not of the row (wrong past the grid)",
            (Edit(CU, "const A inv = inv_rms[row];", "const A inv = inv_rms[blockIdx.x];"),)),
     Mutant("cuda_dw_chunk_local_row", "cuda", "grad_weight reads inv_rms with a chunk-local row index",
@@ -156,8 +154,8 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
     Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
-           (Edit(LAUNCH, "    if (p.ok() && p.cluster == 1) {\n      return paths::fast_forward",
-                 "    if (p.ok() && p.cluster == 1 && rows >= 64) {\n      return paths::fast_forward"),),
+           (Edit(LAUNCH, "    if (p.ok()) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged(",
+                 "    if (p.ok() && rows >= 64) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged("),),
            echoes="vllm-project/vllm#48271"),
     Mutant("fast_eps_dropped", "cuda", "eps left out of the statistics (fast path)",
            (Edit(ROWS, "dev::rsqrt_acc(ss / static_cast<float>(n) + eps);", "dev::rsqrt_acc(ss / static_cast<float>(n));"),)),
@@ -192,12 +190,27 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(ROWS, "T* yr = y + row * n;", "T* yr = y + static_cast<int>(row) * static_cast<int>(n);")),
            echoes="pytorch/pytorch#181555"),
     Mutant("fast_misaligned_row_stride", "cuda", "rows of a padded layout assumed aligned when the base is (fast path)",
-           (Edit(LAUNCH, "return aligned16(p) && (rows <= 1 || (row_stride * int64_t(sizeof(T))) % 16 == 0);",
+           (Edit(LAUNCH, "return aligned16(p) && (row_stride * int64_t(sizeof(T))) % 16 == 0;",
                  "return aligned16(p);"),),
            echoes="vllm-project/vllm#45466"),
+    Mutant("fast_misaligned_pointer", "cuda", "a misaligned base pointer assumed 16-byte aligned (fast path)",
+           (Edit(LAUNCH, "return aligned16(p) && (row_stride * int64_t(sizeof(T))) % 16 == 0;",
+                 "return (row_stride * int64_t(sizeof(T))) % 16 == 0;"),),
+           echoes="NVIDIA/TransformerEngine#886"),
     Mutant("fast_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term (fast path)",
            (Edit(ROWS, "out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));",
                  "out.v[k] = dev::from_acc<T>(inv * g);"),)),
+    Mutant("fast_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
+           "in fp16/bf16 (fast path)",
+           (Edit(ROWS, "        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * "
+                       "dev::to_acc(xv[v].v[k]);",
+                 "        dot = dev::to_acc(dev::from_acc<T>(dot + dev::to_acc(dv[v].v[k]) * "
+                 "static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k])));"),)),
+    Mutant("cuda_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
+           "in fp16/bf16",
+           (Edit(CU, "dot += to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * to_acc(vx.v[k]);",
+                 "dot = to_acc(from_acc<T>(dot + to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * "
+                 "to_acc(vx.v[k])));"),)),
     Mutant("fast_persistent_stride", "cuda", "persistent backward units stride by one unit (rows added to grad_weight several times)",
            (Edit(ROWS, "  int parity = 0;\n  for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {\n    const int64_t row = base + group_index;",
                  "  int parity = 0;\n  for (int64_t base = unit * per_unit; base < rows; base += per_unit, parity ^= 1) {\n    const int64_t row = base + group_index;"),)),
@@ -228,6 +241,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("cpu_bwd_missing_term", "cpu", "backward missing the -x * inv^2 * mean(g * x) term",
            (Edit(CPU, "dxr[i] = static_cast<T>(inv * (g - static_cast<A>(xr[i]) * c));",
                  "dxr[i] = static_cast<T>(inv * g);"),)),
+    Mutant("cpu_bwd_dot_in_half", "cpu", "the backward's row reduction sum(grad_out * w * x) accumulated in fp16/bf16",
+           (Edit(CPU, "part[i % 4] += static_cast<A>(dyr[i]) * static_cast<A>(weight[i]) * static_cast<A>(xr[i]);",
+                 "part[i % 4] = static_cast<A>(static_cast<T>(part[i % 4] + static_cast<A>(dyr[i]) * "
+                 "static_cast<A>(weight[i]) * static_cast<A>(xr[i])));"),)),
     Mutant("cpu_dw_chunk_local_row", "cpu", "grad_weight reads inv_rms with a chunk-local row index",
            (Edit(CPU, "const A inv = inv_rms[r];\n      for (int64_t i = 0; i < n; ++i) {\n        pk[i] +=",
                  "const A inv = inv_rms[r - k * per];\n      for (int64_t i = 0; i < n; ++i) {\n        pk[i] +="),)),
@@ -262,16 +279,21 @@ CATALOGUE: tuple[Mutant, ...] = (
            echoes="pytorch/pytorch#149301"),
 )
 
-BY_NAME = {m.name: m for m in CATALOGUE}
+# The unmutated sources, built exactly as the mutants are (the same scratch tree, flags and module
+# name): `mutate` judges it first, and replays each killing case on it.
+ORIGINAL = Mutant("original", "both", "none: the unmutated sources", ())
+
+BY_NAME = {m.name: m for m in CATALOGUE} | {ORIGINAL.name: ORIGINAL}
 
 
 def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> list[Mutant]:
     """Mutants by name (all when None), restricted to the given lanes."""
     if names:
-        unknown = [n for n in names if n not in BY_NAME]
+        catalogue = {m.name: m for m in CATALOGUE}
+        unknown = [n for n in names if n not in catalogue]
         if unknown:
-            raise ValueError(f"unknown mutant(s) {unknown}; expected names from: {', '.join(BY_NAME)}")
-        chosen = [BY_NAME[n] for n in names]
+            raise ValueError(f"unknown mutant(s) {unknown}; expected names from: {', '.join(catalogue)}")
+        chosen = [catalogue[n] for n in names]
     else:
         chosen = list(CATALOGUE)
     return [m for m in chosen if m.lane in lanes]
@@ -285,11 +307,13 @@ def lanes_for(device: str) -> tuple[str, ...]:
 def check_catalogue(root: Path = build.ROOT) -> list[str]:
     """Problems with the catalogue against the current sources (empty when it is sound)."""
     problems = []
-    if len(BY_NAME) != len(CATALOGUE):
+    if len(BY_NAME) != len(CATALOGUE) + 1 or ORIGINAL.name in {m.name for m in CATALOGUE}:
         problems.append("mutant names are not unique")
     for m in CATALOGUE:
         if m.lane not in LANES:
             problems.append(f"{m.name}: lane {m.lane!r} is not one of {LANES}")
+        if not m.edits:
+            problems.append(f"{m.name}: no edits (it would be the original)")
         for e in m.edits:
             text = (root / e.file).read_text()
             found = text.count(e.old)

@@ -1,10 +1,14 @@
 """python -m harness mutate: the mutation score of the suite.
 
-Each mutant (harness/mutants.py) is built as a target and judged by the suite, in its own pytest
-run that stops at the first failing law (``-x``); a mutant is killed when a law fails on it. The
-table says which law killed it, the shrunk case it was saved as, and the time to kill. Beside it,
-the baseline: the seed card's own check, one ``torch.testing.assert_close`` of the forward output
-on one input, run against the same mutants.
+First the unmutated sources, built as the mutants are (``mutant:original``), are judged by the
+same suite, profile and seed: if they fail, there is no score (exit 2, naming the law and the
+case). Then each mutant (harness/mutants.py) is built as a target and judged by the suite, in its
+own pytest run that stops at the first failing law (``-x``). A mutant is killed when a law fails
+on it with a case that the original passes: each killing case is replayed on the original, and
+a kill the original shares is not counted. The table says which law killed it, the shrunk case,
+whether the original passes that case, and the time to kill (the summary gives the median and the
+slowest). Beside it, the seed card's own check, one ``torch.testing.assert_close`` of the forward
+output on one input, run against the same mutants.
 
 Builds come first and are timed apart (``--jobs`` runs that many mutants at once afterwards).
 Every verdict is appended to a JSON-lines file as soon as it is known, so an interrupted run
@@ -16,9 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -68,6 +73,12 @@ class Result:
     build_seconds: float = 0.0
     baseline: str = ""  # killed | survived | error | not run
     baseline_detail: str = ""
+    confirmed: str = ""  # for a kill: "yes" (the original passes its case), else why not
+
+
+def counts(r: "Result") -> bool:
+    """A kill that counts: a law failed on the mutant with a case the original passes."""
+    return r.status == "killed" and r.confirmed == "yes"
 
 
 def _failed_test(junit: Path) -> tuple[str, str]:
@@ -88,14 +99,14 @@ def _failed_test(junit: Path) -> tuple[str, str]:
     return "", ""
 
 
-def _shrunk_case(corpus_dir: Path) -> tuple[str, str]:
+def _shrunk_case(corpus_dir: Path):
+    """The saved case that killed a mutant (the shrunk one, else the smallest), or None."""
     from . import corpus
 
     entries = corpus.entries(directory=corpus_dir)
     if not entries:
-        return "", ""
-    best = sorted(entries, key=lambda e: (not e.shrunk, e.case.numel))[0]
-    return best.case.short(), str(best.path)
+        return None
+    return sorted(entries, key=lambda e: (not e.shrunk, e.case.numel))[0]
 
 
 def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Result:
@@ -104,7 +115,9 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     junit = work / "junit.xml"
-    env = dict(os.environ, RMSNORM_TALLY_DIR=tempfile.mkdtemp(prefix="rmsnorm-tally-"), PYTHONUNBUFFERED="1")
+    tally = work / "tally"
+    tally.mkdir()
+    env = dict(os.environ, RMSNORM_TALLY_DIR=str(tally), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "properties"), "-x", "-q", "-p", "no:cacheprovider",
            f"--hypothesis-profile={profile}", f"--target=mutant:{m.name}", f"--device={device}",
            f"--corpus={work / 'corpus'}", f"--junitxml={junit}", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
@@ -118,7 +131,9 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     elif p.returncode == 1:
         r.status = "killed"
         r.law, r.message = _failed_test(junit)
-        r.case, r.corpus_file = _shrunk_case(work / "corpus")
+        entry = _shrunk_case(work / "corpus")
+        if entry is not None:
+            r.case, r.corpus_file = entry.case.short(), str(entry.path)
     else:
         tail = [l for l in (p.stdout + p.stderr).splitlines() if l.strip()][-5:]
         r.message = f"pytest exit code {p.returncode}: " + " | ".join(tail)
@@ -139,27 +154,78 @@ def baseline(m: mutants.Mutant, *, device: str) -> tuple[str, str]:
 
 
 def _table(results: list[Result]) -> list[str]:
-    lines = ["| mutant | lane | bug | suite | killed by | shrunk case | seconds | card check |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| mutant | lane | bug | suite | killed by | shrunk case | the original on that case | seconds | card check |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         echo = f" ({r.echoes})" if r.echoes else ""
-        suite = {"killed": "killed", "survived": "**survived**", "error": "error"}[r.status]
+        suite = {"killed": "killed" if counts(r) else "**not counted**", "survived": "**survived**",
+                 "error": "error"}[r.status]
+        original = (r.confirmed if r.confirmed != "yes" else "passes") if r.status == "killed" else "-"
         lines.append(f"| {r.mutant} | {r.lane} | {r.bug}{echo} | {suite} | {r.law or '-'} | "
-                     f"{('`' + r.case + '`') if r.case else '-'} | {r.seconds:.1f} | {r.baseline or 'not run'} |")
+                     f"{('`' + r.case + '`') if r.case else '-'} | {original} | {r.seconds:.1f} | "
+                     f"{r.baseline or 'not run'} |")
     return lines
 
 
+def kill_times(results: list[Result]) -> str:
+    """The median and the slowest time to kill, over the kills that count."""
+    times = sorted((r.seconds, r.mutant) for r in results if counts(r))
+    if not times:
+        return "no kill"
+    return (f"time to kill: median {statistics.median(t for t, _ in times):.0f} s, slowest {times[-1][0]:.0f} s "
+            f"({times[-1][1]})")
+
+
 def _score_line(results: list[Result], device: str, profile: str) -> str:
-    """One line: the suite's score, the baseline's, and the time spent judging."""
+    """One line: the suite's score (kills confirmed on the original), the baseline's, the times."""
     n = len(results)
-    killed = sum(r.status == "killed" for r in results)
+    killed = sum(counts(r) for r in results)
     base = sum(r.baseline == "killed" for r in results)
     ran = sum(r.baseline in ("killed", "survived") for r in results)
     wall = sum(r.seconds for r in results)
-    out = f"mutation score, {device} lane, profile {profile}: suite {killed}/{n}"
+    out = (f"mutation score, {device} lane, profile {profile}: suite {killed}/{n} (each kill confirmed: the "
+           f"original passes the killing case); {kill_times(results)}")
     if ran:
         out += f"; the card's single assert_close: {base}/{ran}"
     return out + f"; {wall:.0f} s of judging (builds apart)"
+
+
+class Original:
+    """The unmutated sources in a worker process of their own, to replay killing cases on."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self._runner = None
+        self._lock = threading.Lock()
+
+    def confirm(self, r: Result) -> str:
+        """"yes" when the original passes the case that killed r, else what it did."""
+        if not r.corpus_file:
+            return "no case saved to replay"
+        from . import corpus
+        from .worker import Runner
+
+        entry = corpus.load_entry(Path(r.corpus_file))
+        with self._lock:
+            if self._runner is None:
+                self._runner = Runner(f"mutant:{mutants.ORIGINAL.name}", self.device)
+                self._runner.start()
+            v = self._runner.check(entry.law, entry.case)
+        if v.status == "pass":
+            return "yes"
+        return f"fails it too ({v.status}: {v.message.splitlines()[0][:120] if v.message else ''})"
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+
+
+def _baseline_failure(r: Result) -> str:
+    """What the unmutated sources failed, in the words of a set-up error."""
+    if r.status == "killed":
+        return (f"the unmutated sources fail the suite: {r.law or 'a law'} on `{r.case or '?'}`: {r.message} "
+                f"(saved: {r.corpus_file or 'nothing'}); a mutant cannot be judged by a suite its original fails")
+    return f"the unmutated sources could not be judged: {r.message}"
 
 
 def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_baseline: bool,
@@ -184,15 +250,50 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / "results.jsonl"
     log_path.write_text("")
-    print(f"mutate: {len(chosen)} mutants on {device}, profile {profile}; each is judged as soon as it is built "
-          f"({jobs} at a time)", flush=True)
+    t_start = time.perf_counter()
+    # The original first: built as the mutants are, judged by the same suite, profile and seed.
+    _, dt_original = mutants.build_mutant(mutants.ORIGINAL, log=lambda s: None)
+    print(f"mutate: judging the unmutated sources first (built in {dt_original:.1f} s), profile {profile}", flush=True)
+    import queue
+
+    todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
+    for m in chosen:
+        todo.put(m)
+    built: "queue.Queue[tuple[mutants.Mutant, float | Exception]]" = queue.Queue()
+    stop = threading.Event()
+
+    def builder(slot: int) -> None:
+        while not stop.is_set():
+            try:
+                m = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                _, dt = mutants.build_mutant(m, log=lambda s: None, slot=slot)
+                built.put((m, dt))
+            except Exception as e:  # noqa: BLE001 - reported as that mutant's error
+                built.put((m, e))
+
+    # Builds run in `build_jobs` scratch trees while the original, then the mutants built, are judged.
+    threads = [threading.Thread(target=builder, args=(k,), daemon=True) for k in range(max(1, build_jobs))]
+    for t in threads:
+        t.start()
+    base = judge(mutants.ORIGINAL, device=device, profile=profile, out_dir=out_dir)
+    if base.status != "survived":
+        stop.set()
+        print(f"python3 -m harness mutate: set-up error: {_baseline_failure(base)}", file=sys.stderr, flush=True)
+        return 2
+    print(f"mutate: the unmutated sources pass ({base.seconds:.0f} s); {len(chosen)} mutants on {device}, each judged "
+          f"as soon as it is built ({jobs} at a time), each kill replayed on the original", flush=True)
     results: dict[str, Result] = {}
     builds: dict[str, float] = {}
-    t_start = time.perf_counter()
+    original = Original(device)
 
     def one(m: mutants.Mutant) -> Result:
         r = judge(m, device=device, profile=profile, out_dir=out_dir)
         r.build_seconds = builds.get(m.name, 0.0)
+        if r.status == "killed":
+            r.confirmed = original.confirm(r)
         if with_baseline:
             r.baseline, r.baseline_detail = baseline(m, device=device)
         else:
@@ -207,57 +308,42 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
         done += 1
         with open(log_path, "a") as fh:
             fh.write(json.dumps(asdict(r)) + "\n")
-        what = f"KILLED by {r.law}" if r.status == "killed" else r.status.upper()
+        if counts(r):
+            what = f"KILLED by {r.law}"
+        elif r.status == "killed":
+            what = f"NOT COUNTED: {r.law} failed, but the original {r.confirmed}"
+        else:
+            what = r.status.upper()
         print(f"  [{done}/{len(chosen)}] {r.mutant}: {what} in {r.seconds:.1f} s"
               f"{'; card check: ' + r.baseline if with_baseline else ''}"
               f"{('  ' + r.message[:160]) if r.status == 'error' else ''}", flush=True)
 
-    # Builds run in `build_jobs` scratch trees at once while the mutants already built are judged.
-    import queue
-    import threading
-
-    todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
-    for m in chosen:
-        todo.put(m)
-    built: "queue.Queue[tuple[mutants.Mutant, float | Exception]]" = queue.Queue()
-
-    def builder(slot: int) -> None:
-        while True:
-            try:
-                m = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                _, dt = mutants.build_mutant(m, log=lambda s: None, slot=slot)
-                built.put((m, dt))
-            except Exception as e:  # noqa: BLE001 - reported as that mutant's error
-                built.put((m, e))
-
-    threads = [threading.Thread(target=builder, args=(k,), daemon=True) for k in range(max(1, build_jobs))]
-    for t in threads:
-        t.start()
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = []
-        for _ in chosen:
-            m, dt = built.get()
-            if isinstance(dt, Exception):
-                report_one(Result(m.name, m.lane, m.bug, m.echoes, "error", message=str(dt)[-300:]))
-                continue
-            builds[m.name] = dt
-            print(f"  built {m.name} ({'cached' if dt == 0 else f'{dt:.1f} s'})", flush=True)
-            futs.append(pool.submit(one, m))
-            for f in [f for f in futs if f.done()]:
-                futs.remove(f)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futs = []
+            for _ in chosen:
+                m, dt = built.get()
+                if isinstance(dt, Exception):
+                    report_one(Result(m.name, m.lane, m.bug, m.echoes, "error", message=str(dt)[-300:]))
+                    continue
+                builds[m.name] = dt
+                print(f"  built {m.name} ({'cached' if dt == 0 else f'{dt:.1f} s'})", flush=True)
+                futs.append(pool.submit(one, m))
+                for f in [f for f in futs if f.done()]:
+                    futs.remove(f)
+                    report_one(f.result())
+            for f in as_completed(futs):
                 report_one(f.result())
-        for f in as_completed(futs):
-            report_one(f.result())
+    finally:
+        stop.set()
+        original.stop()
     ordered = [results[m.name] for m in chosen]
     wall = time.perf_counter() - t_start
     lines = _table(ordered)
     score = (_score_line(ordered, device, profile) + f"; {wall:.0f} s wall with {jobs} job(s), of which "
-             f"{sum(builds.values()):.0f} s building")
+             f"{sum(builds.values()) + dt_original:.0f} s building; the original passed in {base.seconds:.0f} s")
     print("\n" + "\n".join(lines) + "\n\n" + score, flush=True)
-    survivors = [r.mutant for r in ordered if r.status != "killed"]
+    survivors = [r.mutant for r in ordered if not counts(r)]
     if survivors:
         print(f"not killed: {', '.join(survivors)}", flush=True)
     text = "\n".join([f"# Mutation score ({device}, profile {profile})", "", score, ""] + lines) + "\n"

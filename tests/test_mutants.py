@@ -43,3 +43,49 @@ def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
     verdicts = [json.loads(l) for l in (ROOT / ".build" / "mutants" / "runs-cpu" / "results.jsonl").read_text().splitlines()]
     assert {v["mutant"] for v in verdicts if v["status"] == "killed"} == expected, out[-6000:]
     assert all(v["case"] and v["law"] for v in verdicts), verdicts
+    assert all(v["confirmed"] == "yes" for v in verdicts), [v for v in verdicts if v["confirmed"] != "yes"]
+    assert "the unmutated sources pass" in out and "time to kill: median" in out, out[-3000:]
+
+
+def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
+    """mutate.main with building, judging and replaying replaced by the given outcomes."""
+    from harness import mutate
+
+    monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path))
+    monkeypatch.setattr(mutate.mutants, "build_mutant", lambda m, **kw: (tmp_path / "lib.so", 0.0))
+    monkeypatch.setattr(mutate, "baseline", lambda m, **kw: ("not run", ""))
+
+    def judge(m, **kw):
+        status, law = verdicts[m.name]
+        return mutate.Result(m.name, m.lane, m.bug, m.echoes, status, law=law, message="wrong y",
+                             case="shape=[7] float32", corpus_file=str(tmp_path / f"{m.name}.json"), seconds=3.0)
+
+    monkeypatch.setattr(mutate, "judge", judge)
+    monkeypatch.setattr(mutate.Original, "confirm", lambda self, r: confirmations[r.mutant])
+    return mutate
+
+
+def test_mutate_gives_no_score_when_the_original_fails(monkeypatch, tmp_path, capsys):
+    mutate = _fake_run(monkeypatch, tmp_path, {"original": ("killed", "batch_invariant"),
+                                               "cpu_tail_skipped": ("killed", "forward_matches_reference")}, {})
+    code = mutate.main(names=["cpu_tail_skipped"], device="cpu", profile="ci", jobs=1, with_baseline=False,
+                       report=tmp_path / "score.md")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "the unmutated sources fail the suite: batch_invariant on `shape=[7] float32`" in err, err
+    assert not (tmp_path / "score.md").exists()
+
+
+def test_a_kill_the_original_shares_is_not_counted(monkeypatch, tmp_path, capsys):
+    mutate = _fake_run(monkeypatch, tmp_path, {"original": ("survived", ""),
+                                               "cpu_tail_skipped": ("killed", "forward_matches_reference"),
+                                               "cpu_eps_outside_sqrt": ("killed", "batch_invariant")},
+                       {"cpu_tail_skipped": "yes", "cpu_eps_outside_sqrt": "fails it too (fail: not batch invariant)"})
+    code = mutate.main(names=["cpu_tail_skipped", "cpu_eps_outside_sqrt"], device="cpu", profile="ci", jobs=1,
+                       with_baseline=False, report=tmp_path / "score.md")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "suite 1/2 (each kill confirmed" in out and "not killed: cpu_eps_outside_sqrt" in out, out
+    assert "NOT COUNTED: batch_invariant failed, but the original fails it too" in out, out
+    table = (tmp_path / "score.md").read_text()
+    assert "| cpu_eps_outside_sqrt | cpu |" in table and "**not counted**" in table, table
