@@ -1,26 +1,25 @@
 """Speed of RMSNorm implementations on one GPU, side by side in one run: ``python -m harness bench``.
 
-What is timed, per implementation, dtype and shape (M rows of N, M * N = 2^26 by default):
-  forward   y (and the saved statistic where the implementation has one) from x and the weight
-  backward  grad_x and grad_weight from grad_out, with what forward saved (autograd peers: the
-            graph forward recorded, replayed by torch.autograd.grad)
-Each figure is the median of CUDA-event timings with the L2 cache flushed before every call
-(triton.testing.do_bench when Triton is installed, the same method otherwise). Bytes are the
-least a kernel must move: forward reads x and writes y (2 M N elements), backward reads x and
-grad_out and writes grad_x (3 M N); the weight and the statistic are left out. The copy ceiling
-is a 1 GiB device-to-device copy timed in the same run (bytes read plus written).
+Two tables, each implementation called as its users call it:
+  users' path  the modules a model holds, forward (``module(x)``) and backward through autograd
+               (``torch.autograd.grad`` of the module's output, replaying the recorded graph):
+               this project's ``RMSNorm``, ``torch.nn.RMSNorm`` (F.rms_norm), Hugging Face's
+               LlamaRMSNorm, ``torch.compile`` of it, Liger-Kernel's ``LigerRMSNorm`` and quack's
+               ``rmsnorm`` when installed. The README's speed table comes from this one.
+  operators    the raw operators, called directly: this project's ``torch.ops.rmsnorm``, the
+               fused ATen operators behind F.rms_norm, Liger-Kernel's forward/backward functions.
+Per dtype and shape (M rows of N, M * N = 2^26 by default), each figure is the median of
+CUDA-event timings with the L2 cache flushed before every call (triton.testing.do_bench when
+Triton is installed, the same method otherwise). Bytes are the least a kernel must move: forward
+reads x and writes y (2 M N elements), backward reads x and grad_out and writes grad_x (3 M N);
+the weight and the statistic are left out. The copy ceiling is a 1 GiB device-to-device copy
+timed in the same run (bytes read plus written).
 
-Decode shapes (M = 1 ... 512 rows of N = 4096 and 8192, bfloat16, forward): one CUDA graph of
-20 calls, replayed; microseconds per call.
+Decode shapes (M = 1 ... 512 rows of N = 4096 and 8192, bfloat16, forward through the users'
+path): one CUDA graph of 20 calls, replayed; microseconds per call.
 
 Each implementation's outputs are checked against float64 before it is timed at a shape; one
 that is wrong there is reported as wrong, not timed.
-
-Implementations: ``project`` (this project's operators), any ``--target`` (a source folder or
-module with forward/backward, as the gate takes it), and the peers: ``eager`` (Hugging Face's
-LlamaRMSNorm in torch ops, autograd backward), ``native`` (F.rms_norm: the fused ATen
-operators), ``compiled`` (torch.compile of eager, one compilation per shape), ``liger``
-(Liger-Kernel's Triton kernels, in_place=False, when installed).
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
+from pathlib import Path
 
 import torch
 
@@ -40,17 +39,27 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 DEFAULT_NS = tuple(1 << k for k in range(9, 19))  # 512 ... 262144
 DECODE_MS = (1, 8, 64, 512)
 DECODE_NS = (4096, 8192)
-PEERS = ("eager", "native", "compiled", "liger")
+PEERS = ("hf", "torch", "compiled", "liger", "quack")
+USERS, OPERATORS = "users", "operators"
+PATH_TITLES = {USERS: "the users' path: the module, backward through autograd",
+               OPERATORS: "the raw operators, called directly"}
 EPS = 1e-6
 GRAPH_CALLS = 20
 
 
 @dataclass
+class Calls:
+    """One implementation set up for one shape: forward() gives y; backward() runs one backward
+    of a recorded forward and gives (grad_x, grad_weight)."""
+    forward: Callable
+    backward: Callable
+
+
+@dataclass
 class Impl:
     name: str
-    forward: Callable  # (x, w) -> outputs (y first)
-    # (x, w, dy) -> a callable that runs one backward; prepared once per shape
-    prepare_backward: Callable
+    path: str  # USERS or OPERATORS
+    setup: Callable  # (x, w, dy) -> Calls
     note: str = ""
 
 
@@ -65,126 +74,206 @@ class Result:
     gbps: float | None = None
     error: str = ""  # why there is no time (wrong, refused, crashed)
     extra: dict = field(default_factory=dict)
+    path: str = USERS
 
 
 # ---- implementations ---------------------------------------------------------------------------
 
-def _eager(x, w, eps=EPS):
-    from .peers import hf_rms_norm
+def _module_impl(name: str, make: Callable, note: str) -> Impl:
+    """A torch.nn.Module a model would hold: make(n, dtype) -> (module to call, its weight)."""
 
-    return hf_rms_norm(x, w, eps)
-
-
-def _autograd_impl(name: str, fn: Callable, note: str = "") -> Impl:
-    def prepare(x, w, dy):
+    def setup(x, w, dy):
+        module, weight = make(x.shape[-1], x.dtype)
+        with torch.no_grad():
+            weight.copy_(w)
         xg = x.detach().requires_grad_()
-        wg = w.detach().requires_grad_()
-        y = fn(xg, wg)
-        if isinstance(y, (tuple, list)):
-            y = y[0]
-        return lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
+        y = module(xg)
+        y = y[0] if isinstance(y, (tuple, list)) else y
 
-    return Impl(name, lambda x, w: fn(x, w), prepare, note)
+        def forward():
+            with torch.no_grad():
+                return module(x)
 
+        return Calls(forward, lambda: torch.autograd.grad(y, (xg, weight), dy, retain_graph=True))
 
-def _module_impl(name: str, module, note: str) -> Impl:
-    """forward(x, w, eps) -> y or (y, inv_rms); backward(dy, x, w, inv_rms) -> (dx, dw)."""
-
-    def fwd(x, w):
-        return module.forward(x, w, EPS)
-
-    def prepare(x, w, dy):
-        out = module.forward(x, w, EPS)
-        if isinstance(out, (tuple, list)) and len(out) > 1:
-            inv = out[1]
-        else:
-            x64 = x.double()
-            inv = torch.rsqrt((x64 * x64).mean(-1) + EPS).float()
-        return lambda: module.backward(dy, x, w, inv)
-
-    return Impl(name, fwd, prepare, note)
+    return Impl(name, USERS, setup, note)
 
 
-def _compiled() -> Impl:
+def _hf_module(n: int, dtype):
+    """Hugging Face's LlamaRMSNorm (transformers' own class when installed, else the same
+    computation as a module)."""
+    try:
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        m = LlamaRMSNorm(n, eps=EPS)
+    except ImportError:
+        from .peers import hf_rms_norm
+
+        class LlamaRMSNorm(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(n))
+
+            def forward(self, x):
+                return hf_rms_norm(x, self.weight, EPS)
+
+        m = LlamaRMSNorm()
+    m = m.to(device="cuda", dtype=dtype)
+    return m, m.weight
+
+
+def _project_module(n: int, dtype):
+    from .ops import RMSNorm
+
+    m = RMSNorm(n, eps=EPS, device="cuda", dtype=dtype)
+    return m, m.weight
+
+
+def _torch_module(n: int, dtype):
+    m = torch.nn.RMSNorm(n, eps=EPS, device="cuda", dtype=dtype)
+    return m, m.weight
+
+
+def _compiled_module(n: int, dtype):
     import torch._dynamo
 
     for knob in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 100_000)
-    fn = torch.compile(_eager, dynamic=False)
-    return _autograd_impl("compiled", fn, "torch.compile of eager, compiled for each shape")
+    m, w = _hf_module(n, dtype)
+    return torch.compile(m, dynamic=False), w
 
 
-def _native() -> Impl:
-    def fwd(x, w):
-        return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, EPS)
+def _liger_module() -> Callable | str:
+    try:
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    except ImportError as e:
+        return f"Liger-Kernel is not installed ({e})"
 
-    def prepare(x, w, dy):
-        _, rstd = fwd(x, w)
-        return lambda: torch.ops.aten._fused_rms_norm_backward(dy, x, [x.shape[-1]], rstd, w, [True, True])
+    def make(n, dtype):
+        m = LigerRMSNorm(n, eps=EPS).to(device="cuda", dtype=dtype)
+        return m, m.weight
 
-    return Impl("native", fwd, prepare, "F.rms_norm's fused ATen operators")
+    return make
 
 
-def _liger() -> Impl | str:
+def _quack_module() -> Callable | str:
+    try:
+        from quack.rmsnorm import rmsnorm as quack_rmsnorm
+    except ImportError as e:
+        return f"quack is not installed ({e})"
+
+    class QuackRMSNorm(torch.nn.Module):
+        def __init__(self, n, dtype):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(n, device="cuda", dtype=dtype))
+
+        def forward(self, x):
+            return quack_rmsnorm(x, self.weight, eps=EPS)
+
+    def make(n, dtype):
+        m = QuackRMSNorm(n, dtype)
+        return m, m.weight
+
+    return make
+
+
+def _project_operators() -> Impl:
+    def setup(x, w, dy):
+        _, inv = torch.ops.rmsnorm.forward(x, w, EPS)
+        return Calls(lambda: torch.ops.rmsnorm.forward(x, w, EPS)[0],
+                     lambda: torch.ops.rmsnorm.backward(dy, x, w, inv))
+
+    return Impl("project", OPERATORS, setup, "torch.ops.rmsnorm.forward and .backward")
+
+
+def _native_operators() -> Impl:
+    def setup(x, w, dy):
+        n = [x.shape[-1]]
+        _, rstd = torch.ops.aten._fused_rms_norm(x, n, w, EPS)
+        return Calls(lambda: torch.ops.aten._fused_rms_norm(x, n, w, EPS)[0],
+                     lambda: torch.ops.aten._fused_rms_norm_backward(dy, x, n, rstd, w, [True, True]))
+
+    return Impl("torch", OPERATORS, setup, "F.rms_norm's fused ATen operators")
+
+
+def _liger_operators() -> Impl | str:
     try:
         from liger_kernel.ops.rms_norm import (_str_to_casting_mode, calculate_settings, rms_norm_backward,
                                                rms_norm_forward)
     except ImportError as e:
         return f"Liger-Kernel is not installed ({e})"
 
-    def fwd(x, w):
-        return rms_norm_forward(x, w, EPS, 0.0, "llama", None)
-
-    def prepare(x, w, dy):
-        out = fwd(x, w)
-        rstd = out[2]
-        n = x.shape[-1]
-        block, warps = calculate_settings(n)
+    def setup(x, w, dy):
+        out = rms_norm_forward(x, w, EPS, 0.0, "llama", None)
+        block, warps = calculate_settings(x.shape[-1])
         mode = _str_to_casting_mode["llama"]
-        return lambda: rms_norm_backward(dy, x, w, rstd, 0.0, mode, block, warps, False, None)
+        return Calls(lambda: rms_norm_forward(x, w, EPS, 0.0, "llama", None)[0],
+                     lambda: rms_norm_backward(dy, x, w, out[2], 0.0, mode, block, warps, False, None))
 
-    return Impl("liger", fwd, prepare, "Liger-Kernel, in_place=False")
+    return Impl("liger", OPERATORS, setup, "Liger-Kernel's rms_norm_forward and rms_norm_backward, in_place=False")
+
+
+def _target_impl(spec: str) -> Impl:
+    """A --target (source folder or module:NAME) through the seed card's autograd.Function."""
+    from . import target as tgt
+    from .ops import make_function
+
+    t = tgt.load(tgt.parse_spec(spec), "cuda", strict=False)
+    fn = make_function(t.module)
+
+    def setup(x, w, dy):
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = fn.apply(xg, wg, EPS)
+
+        def forward():
+            with torch.no_grad():
+                return fn.apply(x, w, EPS)
+
+        return Calls(forward, lambda: torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
+
+    return Impl(spec, USERS, setup, f"{t.note}, through the seed card's autograd.Function")
 
 
 def implementations(targets: list[str], peers: list[str]) -> tuple[list[Impl], list[str]]:
-    """The implementations to time, and a line for each one that cannot run here."""
-    impls, skipped = [], []
-    for spec in targets:
-        from . import target as tgt
+    """The implementations to time (the users' path first, then the raw operators), and a line for
+    each one that cannot run here."""
+    from . import target as tgt
 
-        parsed = tgt.parse_spec(spec)
-        if parsed == tgt.PROJECT:
+    users, operators, skipped = [], [], []
+    for spec in targets:
+        if tgt.parse_spec(spec) == tgt.PROJECT:
             from . import ops
 
             ops.extension()
-            impls.append(_module_impl("project", _ProjectOps(), "this project's operators"))
+            users.append(_module_impl("project", _project_module, "harness.ops.RMSNorm"))
+            operators.append(_project_operators())
         else:
-            t = tgt.load(parsed, "cuda", strict=False)
-            impls.append(_module_impl(spec, t.module, t.note))
+            users.append(_target_impl(spec))
     for p in peers:
-        if p == "eager":
-            impls.append(_autograd_impl("eager", _eager, "Hugging Face LlamaRMSNorm, autograd"))
-        elif p == "native":
-            impls.append(_native())
+        if p == "hf":
+            users.append(_module_impl("hf", _hf_module, "Hugging Face LlamaRMSNorm, autograd"))
+        elif p == "torch":
+            users.append(_module_impl("torch", _torch_module, "torch.nn.RMSNorm (F.rms_norm)"))
+            operators.append(_native_operators())
         elif p == "compiled":
-            impls.append(_compiled())
+            users.append(_module_impl("compiled", _compiled_module, "torch.compile of LlamaRMSNorm, per shape"))
         elif p == "liger":
-            got = _liger()
-            (skipped.append(f"liger: {got}") if isinstance(got, str) else impls.append(got))
+            make = _liger_module()
+            if isinstance(make, str):
+                skipped.append(f"liger: {make}")
+            else:
+                users.append(_module_impl("liger", make, "Liger-Kernel's LigerRMSNorm"))
+                operators.append(_liger_operators())
+        elif p == "quack":
+            make = _quack_module()
+            if isinstance(make, str):
+                skipped.append(f"quack: {make}")
+            else:
+                users.append(_module_impl("quack", make, "quack's rmsnorm (CuTe DSL)"))
         else:
             raise ValueError(f"--peers: expected names from {', '.join(PEERS)}, but got {p!r}")
-    return impls, skipped
-
-
-class _ProjectOps:
-    @staticmethod
-    def forward(x, w, eps):
-        return torch.ops.rmsnorm.forward(x, w, eps)
-
-    @staticmethod
-    def backward(dy, x, w, inv):
-        return torch.ops.rmsnorm.backward(dy, x, w, inv)
+    return users + operators, skipped
 
 
 # ---- timing ------------------------------------------------------------------------------------
@@ -286,12 +375,12 @@ def reference(x, w, dy) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return y64.detach(), gx64, gw64
 
 
-def check(impl: Impl, x, w, dy, ref) -> str:
-    """'' when impl's y, grad_x and grad_weight are near float64's, else what is wrong."""
-    out = impl.forward(x, w)
+def check(calls: Calls, x, ref) -> str:
+    """'' when y, grad_x and grad_weight are near float64's, else what is wrong."""
+    out = calls.forward()
     y = out[0] if isinstance(out, (tuple, list)) else out
     bad = []
-    grads = impl.prepare_backward(x, w, dy)()
+    grads = calls.backward()
     for what, got, want in (("y", y, ref[0]), ("grad_x", grads[0], ref[1]), ("grad_weight", grads[1], ref[2])):
         err = _max_err(got, want)
         if not err <= _limit(x.dtype):
@@ -316,11 +405,16 @@ class Progress:
             print(file=sys.stderr)
 
 
+def _why(e: Exception) -> str:
+    return f"raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
 def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, decode: bool,
         directions: tuple[str, ...] = ("forward", "backward")) -> tuple[list[Result], float]:
     results: list[Result] = []
     ceiling = copy_ceiling_gbps()
-    steps = len(dtypes) * len(ns) * len(impls) + (len(DECODE_MS) * len(DECODE_NS) * len(impls) if decode else 0)
+    users = [i for i in impls if i.path == USERS]
+    steps = len(dtypes) * len(ns) * len(impls) + (len(DECODE_MS) * len(DECODE_NS) * len(users) if decode else 0)
     prog = Progress(steps)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dname in dtypes:
@@ -333,26 +427,25 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
             s = x.element_size()
             ref = reference(x, w, dy)
             for impl in impls:
-                prog.step(f"{dname} {m}x{n} {impl.name}")
+                prog.step(f"{dname} {m}x{n} {impl.name} ({impl.path})")
+                calls = None
                 try:
-                    wrong = check(impl, x, w, dy, ref)
+                    calls = impl.setup(x, w, dy)
+                    wrong = check(calls, x, ref)
                 except Exception as e:  # refusals and crashes are reported, not fatal
-                    wrong = f"raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                    wrong = _why(e)
                 for direction in directions:
-                    r = Result(impl.name, dname, n, m, direction)
+                    r = Result(impl.name, dname, n, m, direction, path=impl.path)
                     if wrong:
                         r.error = wrong
                     else:
                         try:
-                            if direction == "forward":
-                                fn = lambda: impl.forward(x, w)  # noqa: E731
-                            else:
-                                fn = impl.prepare_backward(x, w, dy)
-                            r.ms = time_ms(fn)
+                            r.ms = time_ms(calls.forward if direction == "forward" else calls.backward)
                             r.gbps = (2 if direction == "forward" else 3) * m * n * s / (r.ms * 1e-3) / 1e9
                         except Exception as e:
-                            r.error = f"raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                            r.error = _why(e)
                     results.append(r)
+                del calls
             del x, w, dy, ref
             torch.cuda.empty_cache()
     if decode:
@@ -360,13 +453,14 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
             for m in DECODE_MS:
                 x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen)
                 w = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=gen)
-                for impl in impls:
+                dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+                for impl in users:
                     prog.step(f"decode bfloat16 {m}x{n} {impl.name}")
-                    r = Result(impl.name, "bfloat16", n, m, "decode")
+                    r = Result(impl.name, "bfloat16", n, m, "decode", path=impl.path)
                     try:
-                        r.extra["us"] = graph_us(lambda: impl.forward(x, w))
+                        r.extra["us"] = graph_us(impl.setup(x, w, dy).forward)
                     except Exception as e:
-                        r.error = f"raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                        r.error = _why(e)
                     results.append(r)
     prog.close()
     return results, ceiling
@@ -382,39 +476,64 @@ def _cell(r: Result | None, ceiling: float) -> str:
     return f"{r.gbps:.0f} ({r.gbps / ceiling:.2f})"
 
 
+def _is_peer(name: str) -> bool:
+    return name in PEERS
+
+
 def markdown(results: list[Result], ceiling: float, header: str) -> str:
-    names = list(dict.fromkeys(r.impl for r in results))
-    ours = [n for n in names if n not in PEERS]
     out = [header, "", f"Copy ceiling measured in this run: {ceiling:.0f} GB/s. Cells: GB/s (fraction of the ceiling); "
-           "'vs best peer': the first implementation's GB/s over the best peer's at that shape.", ""]
-    by = {(r.impl, r.dtype, r.n, r.direction): r for r in results}
-    for dname in dict.fromkeys(r.dtype for r in results if r.direction != "decode"):
-        for direction in ("forward", "backward"):
-            rows = sorted({r.n for r in results if r.dtype == dname and r.direction == direction})
-            if not rows:
-                continue
-            out.append(f"### {dname} {direction}, GB/s")
-            cols = names + (["vs best peer"] if ours else [])
-            out += ["| N | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-            for n in rows:
-                cells = [_cell(by.get((i, dname, n, direction)), ceiling) for i in names]
-                if ours:
-                    mine = by.get((ours[0], dname, n, direction))
-                    peer = [by[(p, dname, n, direction)].gbps for p in names if p in PEERS
-                            and (p, dname, n, direction) in by and by[(p, dname, n, direction)].gbps]
-                    cells.append(f"{mine.gbps / max(peer):.2f}" if mine and mine.gbps and peer else "-")
-                out.append(f"| {n} | " + " | ".join(cells) + " |")
-            out.append("")
+           "'vs best peer': the first implementation's GB/s over the best peer's of the same table at that shape; "
+           "'of its operator': the users' path over the raw operator's GB/s, for the first implementation.", ""]
+    by = {(r.path, r.impl, r.dtype, r.n, r.direction): r for r in results}
+    for path in (USERS, OPERATORS):
+        mine = [r for r in results if r.path == path and r.direction != "decode"]
+        if not mine:
+            continue
+        names = list(dict.fromkeys(r.impl for r in mine))
+        ours = [n for n in names if not _is_peer(n)]
+        out += [f"## Through {PATH_TITLES[path]}", ""]
+        for dname in dict.fromkeys(r.dtype for r in mine):
+            for direction in ("forward", "backward"):
+                rows = sorted({r.n for r in mine if r.dtype == dname and r.direction == direction})
+                if not rows:
+                    continue
+                out.append(f"### {dname} {direction}, GB/s")
+                cols = names + (["vs best peer"] if ours else [])
+                of_op = path == USERS and ours and any(r.path == OPERATORS and r.impl == ours[0] for r in results)
+                cols += ["of its operator"] if of_op else []
+                out += ["| N | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+                for n in rows:
+                    cells = [_cell(by.get((path, i, dname, n, direction)), ceiling) for i in names]
+                    if ours:
+                        first = by.get((path, ours[0], dname, n, direction))
+                        peer = [by[k].gbps for k in ((path, p, dname, n, direction) for p in names if _is_peer(p))
+                                if k in by and by[k].gbps]
+                        cells.append(f"{first.gbps / max(peer):.2f}" if first and first.gbps and peer else "-")
+                        if of_op:
+                            op = by.get((OPERATORS, ours[0], dname, n, direction))
+                            cells.append(f"{first.gbps / op.gbps:.2f}" if first and first.gbps and op and op.gbps
+                                         else "-")
+                    out.append(f"| {n} | " + " | ".join(cells) + " |")
+                out.append("")
     dec = [r for r in results if r.direction == "decode"]
     if dec:
-        out += [f"### decode: bfloat16 forward, microseconds per call (CUDA graph of {GRAPH_CALLS} calls)",
-                "| M x N | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        names = list(dict.fromkeys(r.impl for r in dec))
+        ours = [n for n in names if not _is_peer(n)]
+        cols = names + (["vs best peer"] if ours else [])
+        out += [f"### decode: bfloat16 forward through the users' path, microseconds per call (CUDA graph of "
+                f"{GRAPH_CALLS} calls); 'vs best peer': the best peer's time over the first implementation's",
+                "| M x N | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for n in DECODE_NS:
             for m in DECODE_MS:
-                cells = []
-                for i in names:
-                    r = next((r for r in dec if r.impl == i and r.n == n and r.m == m), None)
-                    cells.append("-" if r is None else ("fails" if r.error else f"{r.extra['us']:.2f}"))
+                got = {r.impl: r for r in dec if r.n == n and r.m == m}
+                if not got:
+                    continue
+                cells = ["-" if got.get(i) is None else ("fails" if got[i].error else f"{got[i].extra['us']:.2f}")
+                         for i in names]
+                if ours:
+                    first = got.get(ours[0])
+                    peer = [got[p].extra["us"] for p in names if _is_peer(p) and p in got and not got[p].error]
+                    cells.append(f"{min(peer) / first.extra['us']:.2f}" if first and not first.error and peer else "-")
                 out.append(f"| {m} x {n} | " + " | ".join(cells) + " |")
         out.append("")
     errs = [r for r in results if r.error]
@@ -422,16 +541,17 @@ def markdown(results: list[Result], ceiling: float, header: str) -> str:
         out.append("Not timed:")
         seen = set()
         for r in errs:
-            key = (r.impl, r.dtype, r.n, r.error)
+            key = (r.path, r.impl, r.dtype, r.n, r.error)
             if key not in seen:
                 seen.add(key)
-                out.append(f"- {r.impl} {r.dtype} N={r.n} {r.direction}: {r.error}")
+                where = "" if r.path == USERS else " (operator)"
+                out.append(f"- {r.impl}{where} {r.dtype} N={r.n} {r.direction}: {r.error}")
     return "\n".join(out)
 
 
 def plot(results: list[Result], ceiling: float, path: Path) -> str:
-    """A PNG per dtype and direction (GB/s against N, one line per implementation, the copy
-    ceiling drawn); returns what was written, or why nothing was."""
+    """A PNG per dtype and direction through the users' path (GB/s against N, one line per
+    implementation, the copy ceiling drawn); returns what was written, or why nothing was."""
     try:
         import matplotlib
 
@@ -440,6 +560,7 @@ def plot(results: list[Result], ceiling: float, path: Path) -> str:
     except ImportError:
         return (f"no plot: matplotlib is not installed here (pip install matplotlib, then "
                 f"python3 -m harness bench --plot {path.with_suffix('.json')})")
+    results = [r for r in results if r.path == USERS]  # what users get; the operators are in the tables
     groups = [(d, k) for d in dict.fromkeys(r.dtype for r in results if r.direction != "decode")
               for k in ("forward", "backward")]
     groups = [g for g in groups if any(r.dtype == g[0] and r.direction == g[1] for r in results)]

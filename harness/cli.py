@@ -28,6 +28,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--weight-dtypes", default=None, help="comma-separated: same (x's dtype), float32")
     c.add_argument("--layouts", default=None, help="comma-separated layouts of x and grad_out (harness.cases.LAYOUTS)")
     c.add_argument("--max-n", type=int, default=None, help="the largest N (last dimension) supported")
+    c.add_argument("--n-multiple-of", type=int, default=None, metavar="K",
+                   help="N must be a multiple of K (kernels that need aligned rows)")
     c.add_argument("--no-zero-rows", action="store_true", help="inputs with zero rows are not supported")
     p.add_argument("--require", default=None, metavar="LAWS",
                    help="optional laws the target is held to, comma-separated: deterministic, batch-invariant, or "
@@ -53,7 +55,8 @@ def _apply_env(args) -> None:
         os.environ[REQUIRE_ENV] = args.require
     from .contract import ENV, from_args
 
-    declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows)
+    declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows,
+                         args.n_multiple_of)
     if declared is not None:
         import json
 
@@ -412,11 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--report", default=None, help="where to write the markdown table (default .build/mutants/runs-DEVICE/score.md)")
     u.set_defaults(fn=cmd_mutate)
 
-    be = sub.add_parser("bench", help="speed beside the peers: GB/s forward and backward, decode latency (CUDA)")
+    be = sub.add_parser("bench", help="speed beside the peers through the users' path (modules, autograd) and of the "
+                                      "raw operators: GB/s forward and backward, decode latency (CUDA)")
     be.add_argument("--target", default=None,
                     help="comma-separated targets to time first (default: project): source folders or module:NAME")
-    be.add_argument("--peers", default=",".join(("eager", "native", "compiled", "liger")),
-                    help="comma-separated peers beside them: eager, native, compiled, liger ('' for none)")
+    be.add_argument("--peers", default=",".join(("hf", "torch", "compiled", "liger", "quack")),
+                    help="comma-separated peers beside them, each as its users call it: hf (LlamaRMSNorm), torch "
+                         "(torch.nn.RMSNorm), compiled (torch.compile of LlamaRMSNorm), liger (LigerRMSNorm), quack; "
+                         "those not installed are listed as not run ('' for none)")
     be.add_argument("--dtypes", default="bfloat16,float16,float32")
     be.add_argument("--n", default=None, help="comma-separated row lengths (default: 512, 1024, ... 262144)")
     be.add_argument("--elements", type=int, default=1 << 26, help="M * N of each shape (default 2^26)")

@@ -16,27 +16,36 @@ DATA = ROOT / "tests" / "data"
 
 def _results():
     R = bench.Result
+    op = bench.OPERATORS
     return [
         R("project", "bfloat16", 4096, 16384, "forward", ms=0.1, gbps=3800.0),
-        R("native", "bfloat16", 4096, 16384, "forward", ms=0.12, gbps=3200.0),
+        R("torch", "bfloat16", 4096, 16384, "forward", ms=0.12, gbps=3200.0),
         R("liger", "bfloat16", 4096, 16384, "forward", ms=0.1, gbps=3900.0),
         R("project", "bfloat16", 4096, 16384, "backward", ms=0.3, gbps=3300.0),
-        R("native", "bfloat16", 4096, 16384, "backward", error="grad_x max error 0.5 of the largest value"),
+        R("torch", "bfloat16", 4096, 16384, "backward", error="grad_x max error 0.5 of the largest value"),
         R("liger", "bfloat16", 4096, 16384, "backward", ms=0.6, gbps=1650.0),
         R("liger", "bfloat16", 262144, 256, "forward", error="raised RuntimeError: n = 262144 exceeds 65536"),
         R("project", "bfloat16", 262144, 256, "forward", ms=0.2, gbps=2000.0),
+        R("project", "bfloat16", 4096, 16384, "forward", ms=0.1, gbps=3900.0, path=op),
+        R("project", "bfloat16", 4096, 16384, "backward", ms=0.3, gbps=3400.0, path=op),
+        R("torch", "bfloat16", 4096, 16384, "backward", ms=0.3, gbps=1800.0, path=op),
         R("project", "bfloat16", 4096, 1, "decode", extra={"us": 2.16}),
         R("liger", "bfloat16", 4096, 1, "decode", extra={"us": 1.95}),
     ]
 
 
-def test_markdown_has_fractions_ratios_decode_and_what_was_not_timed():
+def test_markdown_has_both_paths_fractions_ratios_decode_and_what_was_not_timed():
     md = bench.markdown(_results(), 4200.0, "## test")
-    assert "| 4096 | 3800 (0.90) | 3200 (0.76) | 3900 (0.93) | 0.97 |" in md  # 3800 / best peer 3900
-    assert "| 4096 | 3300 (0.79) | wrong | 1650 (0.39) | 2.00 |" in md  # a wrong peer is not a best peer
-    assert "| 262144 | 2000 (0.48) | - | fails | - |" in md  # no peer ran: no ratio
-    assert "| 1 x 4096 | 2.16 | - | 1.95 |" in md
-    assert "- native bfloat16 N=4096 backward: grad_x max error 0.5" in md
+    users, operators = md.split("## Through the raw operators")
+    assert "## Through the users' path" in users
+    # 3800 / best peer 3900; 3800 / the project's own operator 3900
+    assert "| 4096 | 3800 (0.90) | 3200 (0.76) | 3900 (0.93) | 0.97 | 0.97 |" in users
+    # a wrong peer is not a best peer; 3300 through autograd / 3400 of the operator
+    assert "| 4096 | 3300 (0.79) | wrong | 1650 (0.39) | 2.00 | 0.97 |" in users
+    assert "| 262144 | 2000 (0.48) | - | fails | - | - |" in users  # no peer ran: no ratio
+    assert "| 4096 | 3400 (0.81) | 1800 (0.43) | 1.89 |" in operators
+    assert "| 1 x 4096 | 2.16 | 1.95 | 0.90 |" in operators.split("### decode")[1]
+    assert "- torch bfloat16 N=4096 backward: grad_x max error 0.5" in md
     assert "- liger bfloat16 N=262144 forward: raised RuntimeError" in md
 
 
