@@ -44,6 +44,18 @@ PATTERNS = (
 
 GAP_FILL = float("nan")  # storage between a strided tensor's elements: read it and it shows
 
+WEIGHT_PATTERNS = (
+    "normal",  # N(0, 1)
+    "ones",  # unit weights (hide a wrongly indexed weight; torch.nn.RMSNorm's initial value)
+    "pow2",  # +-2^k, k in -2..2: grad_out * weight is exact in every dtype, so eager PyTorch's rounding of
+             # it costs nothing and the bound on grad_x is the accumulation's alone
+)
+GRAD_PATTERNS = (
+    "normal",  # N(0, 1) times a per-row log-normal scale
+    "like_y",  # grad_out = y (rounded to the dtype): every term of the backward's row reduction
+               # sum(grad_out * w * x) is positive, so a sum accumulated in low precision shows
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -56,6 +68,7 @@ class Case:
     pattern: str = "normal"
     weight_pattern: str = "normal"
     seed: int = 0
+    grad_pattern: str = "normal"
 
     def __post_init__(self):
         if not isinstance(self.shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in self.shape):
@@ -66,7 +79,8 @@ class Case:
             raise ValueError(f"Case.weight_dtype: expected one of {sorted(DTYPES)}, but got {self.weight_dtype!r}")
         for name, value, allowed in (("layout", self.layout, LAYOUTS), ("grad_layout", self.grad_layout, LAYOUTS),
                                      ("pattern", self.pattern, PATTERNS),
-                                     ("weight_pattern", self.weight_pattern, ("normal", "ones"))):
+                                     ("weight_pattern", self.weight_pattern, WEIGHT_PATTERNS),
+                                     ("grad_pattern", self.grad_pattern, GRAD_PATTERNS)):
             if value not in allowed:
                 raise ValueError(f"Case.{name}: expected one of {allowed}, but got {value!r}")
 
@@ -107,6 +121,8 @@ class Case:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["shape"] = list(self.shape)
+        if d["grad_pattern"] == "normal":  # as before the field existed: saved cases keep their names
+            del d["grad_pattern"]
         return d
 
     @classmethod
@@ -123,9 +139,10 @@ class Case:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     def short(self) -> str:
+        grad = f" grad={self.grad_pattern}" if self.grad_pattern != "normal" else ""
         return (f"shape={list(self.shape)} {self.dtype}/w:{self.weight_dtype} eps={self.eps:g} "
                 f"layout={self.layout} grad_layout={self.grad_layout} pattern={self.pattern} "
-                f"weight={self.weight_pattern} seed={self.seed}")
+                f"weight={self.weight_pattern}{grad} seed={self.seed}")
 
 
 def layout_possible(layout: str, shape: tuple[int, ...]) -> bool:
@@ -260,10 +277,18 @@ def materialize(case: Case, device) -> Tensors:
     x = place(xv, case.layout, device, gen)
     if case.weight_pattern == "ones":
         w = torch.ones(case.n, dtype=case.torch_weight_dtype)
+    elif case.weight_pattern == "pow2":
+        k = torch.randint(-2, 3, (case.n,), generator=gen).to(torch.float64)
+        sign = torch.where(torch.rand(case.n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+        w = (sign * 2.0**k).to(case.torch_weight_dtype)
     else:
         w = torch.randn(case.n, generator=gen, dtype=torch.float64).to(case.torch_weight_dtype)
     gv = (torch.randn(*case.shape, generator=gen, dtype=torch.float64) * _row_scale(gen, case.shape)
           if case.numel else torch.zeros(case.shape, dtype=torch.float64)).to(dt)
+    if case.grad_pattern == "like_y" and case.numel:
+        x64 = xv.to(torch.float64)
+        inv = torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + case.eps)
+        gv = torch.nan_to_num(x64 * inv * w.to(torch.float64)).to(dt)
     if case.grad_layout == "broadcast" and case.numel:
         gv = gv.reshape(-1, case.n)[:1].expand(case.rows, case.n).reshape(case.shape)
     g = place(gv, case.grad_layout, device, gen)

@@ -166,6 +166,13 @@ def cmd_gate(args) -> int:
     from .session import BUDGET_ENV
 
     os.environ[BUDGET_ENV] = str(time.time() + args.budget)
+    if args.workers is None:
+        from .gpus import default_processes
+        from .target import default_device
+
+        args.workers = default_processes(default_device())
+    if args.workers <= 1:
+        args.workers = 0
     if args.workers:  # xdist workers start their own; this one was only the check
         from . import session
 
@@ -365,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     _target_args(g)
     g.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
     g.add_argument("--junit", default=str(ROOT / ".build" / "gate-junit.xml"), help="where to write JUnit XML")
-    g.add_argument("-n", "--workers", type=int, default=0, help="pytest-xdist workers (one GPU each when several)")
+    g.add_argument("-n", "--workers", type=int, default=None,
+                   help="pytest-xdist workers, spread over the GPUs (default: several a GPU as the cores allow, at "
+                        "most 4; on the CPU one per 4 cores; 0 or 1: none)")
     g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
                    help=f"wall-time budget in seconds (default {DEFAULT_BUDGET_S:.0f}): past it no law draws a new case; "
                         "what was checked is judged against the coverage floor, and the laws cut short are named"),
@@ -378,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--laws", default=None, help="comma-separated laws (default: all that apply)")
     f.add_argument("--chunk", type=int, default=50, help="examples per law before moving to the next")
     f.add_argument("--workers", type=int, default=None,
-                   help="processes fuzzing at once, one GPU each, sharing the corpus and Hypothesis' database "
-                        "(default: one per visible GPU; one on the CPU)")
+                   help="processes fuzzing at once, spread over the GPUs, sharing the corpus and Hypothesis' "
+                        "database (default: several a GPU as the cores allow, at most 4; one per 4 cores on the CPU)")
     f.add_argument("--database", default=None,
                    help="Hypothesis' example database: a folder (several hosts may share one) or redis://host:port/db "
                         "(default: .hypothesis/examples)")

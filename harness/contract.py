@@ -1,4 +1,5 @@
-"""What a target declares it supports: dtypes, weight dtypes, layouts, the largest N, zero rows.
+"""What a target declares it supports: dtypes, weight dtypes, layouts, the largest N, N a multiple
+of some number (kernels that need aligned rows), zero rows.
 
 A target declares it on the command line (``--dtypes float32 --layouts contiguous``), in the
 environment (RMSNORM_CONTRACT, JSON), or as an attribute of its module (``RMSNORM_CONTRACT = {...}``
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from .cases import DTYPES, LAYOUTS, Case
 
 WEIGHT_CHOICES = ("same", "float32")  # the weight in x's dtype, or float32
-KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "zero_rows")
+KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "n_multiple_of", "zero_rows")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Contract:
     weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
     layouts: tuple[str, ...] = LAYOUTS
     max_n: int | None = None
+    n_multiple_of: int = 1  # N a multiple of this (kernels that need aligned rows)
     zero_rows: bool = True
     source: str = ""  # where it was declared; "" when nothing was
 
@@ -51,24 +53,32 @@ class Contract:
             return vals
 
         max_n = d.get("max_n")
-        if max_n is not None and (not isinstance(max_n, int) or max_n < 1):
+        if max_n is not None and (not isinstance(max_n, int) or isinstance(max_n, bool) or max_n < 1):
             raise ValueError(f"contract ({source}): expected max_n to be an int >= 1, but got {max_n!r}")
+        multiple = d.get("n_multiple_of", 1)
+        if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
+            raise ValueError(f"contract ({source}): expected n_multiple_of to be an int >= 1, but got {multiple!r}")
+        if max_n is not None and max_n < multiple:
+            raise ValueError(f"contract ({source}): max_n {max_n} admits no N that is a multiple of {multiple}")
         zero = d.get("zero_rows", True)
         if not isinstance(zero, bool):
             raise ValueError(f"contract ({source}): expected zero_rows to be true or false, but got {zero!r}")
         return cls(dtypes=choice("dtypes", tuple(DTYPES)), weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
-                   layouts=choice("layouts", LAYOUTS), max_n=max_n, zero_rows=zero, source=source)
+                   layouts=choice("layouts", LAYOUTS), max_n=max_n, n_multiple_of=multiple, zero_rows=zero,
+                   source=source)
 
     def to_dict(self) -> dict:
         return {"dtypes": list(self.dtypes), "weight_dtypes": list(self.weight_dtypes),
-                "layouts": list(self.layouts), "max_n": self.max_n, "zero_rows": self.zero_rows}
+                "layouts": list(self.layouts), "max_n": self.max_n, "n_multiple_of": self.n_multiple_of,
+                "zero_rows": self.zero_rows}
 
     def allows(self, case: Case) -> bool:
         weight_ok = (("same" in self.weight_dtypes and case.weight_dtype == case.dtype)
                      or ("float32" in self.weight_dtypes and case.weight_dtype == "float32"))
         return (case.dtype in self.dtypes and weight_ok
                 and case.layout in self.layouts and case.grad_layout in self.layouts
-                and (self.max_n is None or case.n <= self.max_n) and (self.zero_rows or case.rows > 0))
+                and (self.max_n is None or case.n <= self.max_n) and case.n % self.n_multiple_of == 0
+                and (self.zero_rows or case.rows > 0))
 
     def describe(self) -> str:
         if not self.declared:
@@ -78,6 +88,8 @@ class Contract:
             parts.append(f"layouts {','.join(self.layouts)}")
         if self.max_n is not None:
             parts.append(f"N <= {self.max_n}")
+        if self.n_multiple_of > 1:
+            parts.append(f"N a multiple of {self.n_multiple_of}")
         if not self.zero_rows:
             parts.append("no zero rows")
         return f"contract ({self.source}): " + "; ".join(parts) + " (drawn only inside it; a refusal inside it fails)"
@@ -104,7 +116,7 @@ def from_module(module) -> dict | None:
 
 
 def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
-              no_zero_rows: bool) -> dict | None:
+              no_zero_rows: bool, n_multiple_of: int | None = None) -> dict | None:
     """A declaration from command-line options, or None when none was given."""
     d: dict = {}
     for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts)):
@@ -112,6 +124,8 @@ def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None
             d[key] = [v for v in val.split(",") if v]
     if max_n is not None:
         d["max_n"] = max_n
+    if n_multiple_of is not None:
+        d["n_multiple_of"] = n_multiple_of
     if no_zero_rows:
         d["zero_rows"] = False
     if not d:

@@ -2,8 +2,9 @@
 progress line, ending with a report. Failing cases are saved to the corpus as soon as they are
 found (and replaced by their shrunk form), so an interrupted session keeps them.
 
-With --workers K (default: one per visible GPU, one on the CPU) the session is a campaign of K
-processes, each on its own GPU (CUDA_VISIBLE_DEVICES), each starting its rotation of the laws at
+With --workers K (default: several a GPU as the cores allow, at most 4; one per 4 cores on the CPU)
+the session is a campaign of K processes, spread over the GPUs (CUDA_VISIBLE_DEVICES, round robin),
+each starting its rotation of the laws at
 another place; they share the case corpus and Hypothesis' example database (both directories,
 written file by file), and this process shows one progress line and prints one report that adds
 up theirs. Ctrl-C stops every worker; each reports what it did, and the report says so."""
@@ -250,12 +251,10 @@ def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_wo
 
 
 def default_workers(device: str) -> int:
-    """One per visible GPU on CUDA, one on the CPU."""
-    if device == "cuda":
-        import torch
+    """Several processes a GPU as the cores allow, on the CPU one per four cores (gpus.default_processes)."""
+    from .gpus import default_processes
 
-        return max(1, torch.cuda.device_count())
-    return 1
+    return default_processes(device)
 
 
 def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device: str = "cpu") -> int:

