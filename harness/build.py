@@ -29,6 +29,9 @@ SOURCE_LIST = ROOT / "sources.txt"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 DEFAULT_ARCH = "9.0"  # the H200 this project targets, used when there is no GPU to ask
+# Kernel settings to build the project with instead of its defaults (kernels/rmsnorm_plan.h and
+# rmsnorm_device.cuh name them), for comparing them: "RMSNORM_PDL=1 RMSNORM_FWD_STAGED_FROM=0".
+DEFINES_ENV = "RMSNORM_KERNEL_DEFINES"
 
 
 @contextlib.contextmanager
@@ -250,13 +253,20 @@ def _cuda_flags(lineinfo: bool | None) -> tuple[str, ...]:
 def project_spec(*, lineinfo: bool | None = None) -> tuple[BuildSpec, str]:
     """The project's own extension, CUDA when possible; with the one-line reason otherwise."""
     with_cuda, why = cuda_build_possible()
+    defines = tuple(d for d in os.environ.get(DEFINES_ENV, "").replace(",", " ").split() if d)
+    for d in defines:
+        if not re.fullmatch(r"RMSNORM_[A-Z0-9_]+(=-?\w+)?", d):
+            raise ValueError(f"{DEFINES_ENV}: expected NAME=VALUE settings of the kernels (RMSNORM_...), but got {d!r}")
     spec = BuildSpec(
         sources=tuple(project_sources(with_cuda)),
         name_prefix="rmsnorm_ext",
         with_cuda=with_cuda,
         extra_cuda_cflags=_cuda_flags(lineinfo),
+        defines=defines,
     )
     note = "CUDA and CPU kernels" if with_cuda else f"CPU-only build ({why})"
+    if defines:
+        note += f", built with {' '.join(defines)}"
     return spec, note
 
 

@@ -1,6 +1,7 @@
 """Nsight Compute on one shape, summarised: ``python -m harness profile``.
 
-Runs one forward and one backward of the target (this project by default) on M x N inputs
+Runs one forward and one backward of the target (this project by default) on M x N inputs,
+called as its users call it (harness.bench's users' path: the module, backward through autograd),
 under ``ncu`` (clocks left as the card has them), inside an NVTX range so that only the
 target's kernels are profiled, and prints per kernel: time, DRAM throughput (percent of peak)
 and bytes against the least the step must move, achieved and theoretical occupancy, registers
@@ -55,13 +56,13 @@ dt = bench.DTYPES[dtype]
 x = torch.randn(m, n, device="cuda", dtype=dt, generator=g)
 w = (1 + 0.1 * torch.randn(n, device="cuda", generator=g)).to(dt)
 dy = torch.randn(m, n, device="cuda", dtype=dt, generator=g)
-bwd = impl.prepare_backward(x, w, dy)
-impl.forward(x, w); bwd(); torch.cuda.synchronize()
+calls = impl.setup(x, w, dy)
+calls.forward(); calls.backward(); torch.cuda.synchronize()
 torch.cuda.nvtx.range_push({range!r})
 if direction in ("forward", "both"):
-    impl.forward(x, w)
+    calls.forward()
 if direction in ("backward", "both"):
-    bwd()
+    calls.backward()
 torch.cuda.synchronize()
 torch.cuda.nvtx.range_pop()
 '''

@@ -79,6 +79,36 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Copy 16 bytes from global to shared memory asynchronously (cp.async, bypassing L1): the data is
+// in flight without holding a register. Visible to the issuing thread after cp_async_wait_all.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
+// may start while the kernel before it in the stream is finishing; it must wait for that kernel's
+// completion (and its memory) before it reads anything, and may let the next one start early.
+// Without the launch attribute both are no-ops. RMSNORM_PDL=0 leaves them out.
+#ifndef RMSNORM_PDL
+#define RMSNORM_PDL 0
+#endif
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if RMSNORM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void let_next_grid_start() {
+#if RMSNORM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 // All-zero bits: 0.0 in every floating type used here.
 template <typename T, int kN>
 __device__ __forceinline__ void zero16(Vec16<T, kN>& out) {

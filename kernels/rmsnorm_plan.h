@@ -10,6 +10,9 @@
 //   vpt      16-byte vectors per thread and tensor, held in registers from load to store
 //   cta      threads per CTA: cta / group rows are handled side by side
 //   cluster  CTAs that share one row through distributed shared memory (1: no cluster)
+//   staged   the forward copies its vectors into shared memory (cp.async) instead of holding them
+//            in registers: long rows, where registers would limit the CTAs a multiprocessor holds,
+//            and with them the bytes in flight
 #pragma once
 
 #include <cstdint>
@@ -22,8 +25,11 @@ struct Plan {
   int vpt = 0;  // 0: no fast plan for this length (the fallback kernels run)
   int cta = 0;
   int cluster = 1;
+  bool staged = false;
   bool ok() const { return vpt > 0; }
   int64_t capacity() const { return int64_t(group) * vpt * cluster; }  // vectors a row may hold
+  // Shared memory a staged forward CTA holds its slab of the row in.
+  int64_t staged_bytes() const { return staged ? int64_t(group) * vpt * 16 : 0; }
 };
 
 // Forward: x alone lives in registers, so a thread holds up to 8 vectors (32 registers).
@@ -32,6 +38,23 @@ constexpr int kFwdMaxGroup = 512;     // largest row group before the row spread
 constexpr int kFwdPrefVpt = 4;      // more threads with fewer vectors each, while the group fits
 constexpr int kFwdMaxVpt = 8;
 constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with the cluster's bookkeeping
+// Staged forward (rows past kFwdStagedFrom vectors): a CTA of kFwdStagedCta threads (one row, or
+// one slab of a cluster's row) copies kFwdStagedVpt vectors a thread into shared memory: 32 KB a
+// CTA, six CTAs a multiprocessor, about 200 KB in flight on each. Rows longer than a 16-CTA
+// cluster of such CTAs holds take twice the vectors a thread. The build can override these
+// (-DRMSNORM_FWD_STAGED_FROM=...; 0 turns the staged path off) to compare settings.
+#ifndef RMSNORM_FWD_STAGED_FROM
+#define RMSNORM_FWD_STAGED_FROM 1024
+#endif
+#ifndef RMSNORM_FWD_STAGED_CTA
+#define RMSNORM_FWD_STAGED_CTA 256
+#endif
+#ifndef RMSNORM_FWD_STAGED_VPT
+#define RMSNORM_FWD_STAGED_VPT 8
+#endif
+constexpr int64_t kFwdStagedFrom = RMSNORM_FWD_STAGED_FROM;
+constexpr int kFwdStagedCta = RMSNORM_FWD_STAGED_CTA;
+constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
 constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows
@@ -98,7 +121,32 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt,
   return p;
 }
 
+// A staged forward: one CTA of up to kFwdStagedCta threads while it holds the row, then clusters of
+// 2 to 8 CTAs (portable), then 16, then twice the vectors a thread.
+constexpr Plan staged_layout(int64_t n_vec) {
+  Plan p;
+  p.staged = true;
+  const int vpts[2] = {kFwdStagedVpt, 2 * kFwdStagedVpt};
+  const int limits[2] = {kMaxPortableCluster, kMaxCluster};
+  for (int vpt : vpts) {
+    for (int limit : limits) {
+      const int64_t per_cta = int64_t(kFwdStagedCta) * vpt;
+      const int64_t clusters = ceil_div(n_vec, per_cta);
+      if (p.vpt == 0 && clusters <= limit) {
+        p.vpt = vpt;
+        p.cluster = pow2_at_least(clusters);
+        p.group = p.cluster > 1 ? kFwdStagedCta : pow2_at_least(ceil_div(n_vec, vpt));
+        if (p.group < 32) p.group = 32;
+      }
+    }
+  }
+  if (p.vpt == 0) return Plan{};  // too long for any cluster
+  p.cta = p.group;
+  return p;
+}
+
 constexpr Plan forward_plan(int64_t n_vec) {
+  if (kFwdStagedFrom > 0 && n_vec > kFwdStagedFrom) return staged_layout(n_vec);
   return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 

@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
+  dev::wait_for_previous_grid();
+  dev::let_next_grid_start();
   int parity = 0;
   for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
     const int64_t row = base + threadIdx.x / group;
@@ -99,6 +101,83 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           out.v[k] = dev::from_acc<T>(dev::to_acc(xv[v].v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
+        }
+        dev::store16(yr + j * kVec, out);
+      }
+    }
+  }
+}
+
+// y = x * inv_rms * w for long rows, one row (or, with kCluster, one slab of a cluster's row) a
+// CTA: each thread copies its vectors j = (rank * kVpt + v) * blockDim.x + t into shared memory with
+// cp.async (nothing held in registers meanwhile, so shared memory bounds the bytes in flight: several
+// CTAs a multiprocessor), waits for its own copies, reads them back to add the squares (v, then the
+// vector's elements, in order), and again to write y. A thread reads only what it copied: no barrier
+// guards the tile. The row's sum comes from dev::group_sum over the CTA (and the cluster).
+template <typename T, typename W, int kVpt, bool kCluster>
+__global__ void __launch_bounds__(plan::kMaxCtaThreads)
+    fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
+                      int64_t x_row_stride,
+                      const W* __restrict__ weight,  // [n]
+                      T* __restrict__ y,             // [rows, n]
+                      float* __restrict__ inv_rms,   // [rows]
+                      int64_t rows, int64_t n, float eps) {
+  constexpr int kVec = vec_of<T>();
+  using V = dev::Vec16<T, kVec>;
+  using VW = dev::Vec16<W, kVec>;
+  static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
+  extern __shared__ uint4 tile[];  // [kVpt][blockDim.x]: vector v of thread t at v * blockDim.x + t
+  __shared__ dev::ReduceSlots slots;
+  unsigned int rank = 0, cluster_size = 1;
+  if constexpr (kCluster) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = cluster.block_rank();
+    cluster_size = cluster.num_blocks();
+  }
+  const int group = blockDim.x;
+  const int lane = threadIdx.x;
+  const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
+  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int64_t unit = blockIdx.x / cluster_size;
+  const int64_t units = gridDim.x / cluster_size;
+  dev::wait_for_previous_grid();
+  dev::let_next_grid_start();
+  int parity = 0;
+  for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
+    const T* xr = x + row * x_row_stride;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) dev::cp_async16(&tile[v * group + lane], xr + j * kVec);
+    }
+    dev::cp_async_wait_all();
+    float ss = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      if (first_vec + v * group < n_vec) {
+        const V xv = *reinterpret_cast<const V*>(&tile[v * group + lane]);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float a = dev::to_acc(xv.v[k]);
+          ss += a * a;
+        }
+      }
+    }
+    ss = dev::group_sum<kCluster>(ss, group, parity, slots);
+    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
+    if (lane == 0 && rank == 0) inv_rms[row] = inv;
+    T* yr = y + row * n;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        const V xv = *reinterpret_cast<const V*>(&tile[v * group + lane]);
+        VW w;
+        dev::load16(w, weight + j * kVec);
+        V out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          out.v[k] = dev::from_acc<T>(dev::to_acc(xv.v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
         }
         dev::store16(yr + j * kVec, out);
       }
@@ -257,29 +336,50 @@ inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
   return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
 }
 
-// Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster.
+// Set a kernel's function attribute once per device (cudaFuncSetAttribute on every launch costs
+// host time that decode-sized calls notice).
+template <typename Kernel>
+void set_attribute_once(Kernel kernel, cudaFuncAttribute attribute, int value) {
+  static int done[64] = {};  // per device: the value last set
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64 || done[device] != value) {
+    cudaFuncSetAttribute(kernel, attribute, value);
+    if (device >= 0 && device < 64) done[device] = value;
+  }
+}
+
+// Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
+// pdl: allow it to start while the kernel before it finishes (dev::wait_for_previous_grid).
 template <bool kCluster, typename Kernel, typename... Args>
-void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, cudaStream_t stream,
+void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool pdl, cudaStream_t stream,
             Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned int>(units * p.cluster));
   config.blockDim = dim3(static_cast<unsigned int>(p.cta));
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attribute[2];
+  unsigned int count = 0;
   if constexpr (kCluster) {
     if (p.cluster > plan::kMaxPortableCluster) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      set_attribute_once(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned int>(p.cluster);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = static_cast<unsigned int>(p.cluster);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
   }
+  if (pdl && RMSNORM_PDL) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attribute;
+  config.numAttrs = count;
   if (smem > 48 * 1024) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   }
   cudaLaunchKernelEx(&config, kernel, args...);
 }
@@ -288,11 +388,24 @@ template <typename T, typename W, bool kCluster>
 void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
              float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   const int64_t units = plan::forward_units(p, rows);
+  if (p.staged) {
+    constexpr int kVpt = plan::kFwdStagedVpt;
+    if (p.vpt == kVpt) {
+      launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.staged_bytes(), true, stream, x,
+                       x_row_stride, weight, y, inv_rms, rows, n, eps);
+    } else if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
+      if (p.vpt == 2 * kVpt) {
+        launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.staged_bytes(), true, stream, x,
+                         x_row_stride, weight, y, inv_rms, rows, n, eps);
+      }
+    }
+    return;
+  }
   switch (p.vpt) {
 #define RMSNORM_FWD_CASE(VPT)                                                                   \
   case VPT:                                                                                     \
     if constexpr (!kCluster || VPT == plan::kFwdClusterVpt) {                                       \
-      launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, stream, x, x_row_stride,   \
+      launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, true, stream, x, x_row_stride,   \
                        weight, y, inv_rms, rows, n, eps, p.group);                              \
     }                                                                                           \
     break;
@@ -316,7 +429,7 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
 #define RMSNORM_BWD_CASE(VPT)                                                                  \
   case VPT:                                                                                    \
     if constexpr (!kCluster || VPT == plan::kBwdClusterVpt) {                                      \
-      launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, stream, dy,            \
+      launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, false, stream, dy,     \
                        dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n,  \
                        p.group);                                                               \
     }                                                                                          \

@@ -14,8 +14,8 @@ PROGRAM = r"""
 #include "rmsnorm_plan.h"
 using namespace rmsnorm::plan;
 static void show(const char* dir, long n_vec, const Plan& p, long rows) {
-  std::printf("%s %ld %d %d %d %d %ld\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
-              p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L);
+  std::printf("%s %ld %d %d %d %d %ld %d\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
+              p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L, int(p.staged));
 }
 int main() {
   long rows_list[3] = {1, 4097, 1L << 22};
@@ -47,16 +47,18 @@ def plans(tmp_path_factory):
 
 def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
     seen = set()
-    for dir_, n_vec, group, vpt, cta, cluster, units in plans:
-        max_vpt, max_vectors = (8, 1024 * 4 * 16) if dir_ == "fwd" else (2, 1024 * 2 * 16)
+    for dir_, n_vec, group, vpt, cta, cluster, units, staged in plans:
+        max_vpt, max_vectors = (16 if staged else 8, 1024 * 4 * 16) if dir_ == "fwd" else (2, 1024 * 2 * 16)
         if vpt == 0:
             assert n_vec > max_vectors, f"{dir_} n_vec={n_vec}: no plan, though a 16-CTA cluster could hold it"
             continue
         seen.add((dir_, cluster > 1))
         cap = group * vpt * cluster
-        where = f"{dir_} n_vec={n_vec}: group {group}, vpt {vpt}, cta {cta}, cluster {cluster}"
+        where = f"{dir_} n_vec={n_vec}: group {group}, vpt {vpt}, cta {cta}, cluster {cluster}, staged {staged}"
         assert group & (group - 1) == 0 and 1 <= group <= 1024, where
-        assert vpt in (1, 2, 4, 8) and vpt <= max_vpt, where
+        assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
+        if staged:  # the CTA's slab of the row in shared memory: under the 227 KB a CTA may have
+            assert dir_ == "fwd" and cta == group and group * vpt * 16 <= 227 * 1024, where
         assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
         assert cluster & (cluster - 1) == 0 and cluster <= 16, where
         assert cluster == 1 or cta == group, where  # one row per CTA of a cluster
@@ -69,6 +71,6 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
 
 def test_backward_units_do_not_depend_on_the_device(plans):
     # A unit count is min(row groups, a constant): the same on every GPU, so is grad_weight's order.
-    for dir_, n_vec, group, vpt, cta, cluster, units in plans:
+    for dir_, n_vec, group, vpt, cta, cluster, units, _ in plans:
         if dir_ == "bwd" and vpt:
             assert units <= max(1, 132 * (1024 // cta) // cluster), (n_vec, units)
