@@ -430,7 +430,9 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                 prog.step(f"{dname} {m}x{n} {impl.name} ({impl.path})")
                 calls = None
                 try:
-                    calls = impl.setup(x, w, dy)
+                    # A copy of grad_out each: an implementation that writes its gradient into grad_out
+                    # (Liger-Kernel's default in_place=True) must not corrupt the others' input.
+                    calls = impl.setup(x, w, dy.clone())
                     wrong = check(calls, x, ref)
                 except Exception as e:  # refusals and crashes are reported, not fatal
                     wrong = _why(e)

@@ -20,7 +20,9 @@ import time
 from .cases import LAYOUTS, Case, layout_possible
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-SAMPLE_N = (1, 3, 7, 8, 9, 31, 33, 127, 257, 769, 1024, 4095, 4097, 8193)
+# Row lengths, in an order where a short sample already meets every path: CTA-wide reductions
+# (1024), a staged row in shared memory (16384), odd and vector-boundary sizes, a cluster (65536).
+SAMPLE_N = (1024, 7, 16384, 33, 4097, 1, 8193, 127, 769, 3, 65536, 9, 257, 8, 31, 4095)
 
 
 def sample(count: int, seed: int = 0) -> list[Case]:

@@ -18,7 +18,7 @@ using dev::kWarpSize;
 using dev::rsqrt_acc;
 using dev::to_acc;
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 1024;  // a row's block may have this many threads: the kernels are bounded to it
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this many rows
 constexpr int kDwThreads = 256;
 
@@ -85,7 +85,7 @@ __device__ __forceinline__ void store_vec(T* row, int64_t j, int64_t n, const Ve
 // j = t, t + blockDim.x, ... element by element in order; the block reduction leaves the sum in
 // every thread; thread 0 writes inv_rms.
 template <typename T, typename W, int kVec, bool kWide>
-__global__ void rmsnorm_fwd_kernel(const T* __restrict__ x,   // [rows, x_row_stride]
+__global__ void __launch_bounds__(kMaxThreads) rmsnorm_fwd_kernel(const T* __restrict__ x,   // [rows, x_row_stride]
                                    int64_t x_row_stride,
                                    const W* __restrict__ weight,  // [n]
                                    T* __restrict__ y,             // [rows, n]
@@ -131,7 +131,7 @@ __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x,   // [rows, x_row_st
 // logical vectors of the forward kernel; the block reduction of sum(g * x) leaves it in every
 // thread.
 template <typename T, typename W, int kVec, bool kWide>
-__global__ void rmsnorm_bwd_dx_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
+__global__ void __launch_bounds__(kMaxThreads) rmsnorm_bwd_dx_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
                                       int64_t dy_row_stride,
                                       const T* __restrict__ x,   // [rows, x_row_stride]
                                       int64_t x_row_stride,

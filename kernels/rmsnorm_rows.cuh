@@ -7,6 +7,9 @@
 // and the weight start on 16-byte boundaries and every row stride keeps them there.
 #pragma once
 
+#include <mutex>
+#include <vector>
+
 #include "rmsnorm_cuda.h"
 #include "rmsnorm_device.cuh"
 #include "rmsnorm_paths.cuh"
@@ -336,17 +339,26 @@ inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
   return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
 }
 
-// Set a kernel's function attribute once per device (cudaFuncSetAttribute on every launch costs
-// host time that decode-sized calls notice).
-template <typename Kernel>
-void set_attribute_once(Kernel kernel, cudaFuncAttribute attribute, int value) {
-  static int done[64] = {};  // per device: the value last set
+// Set a kernel's function attribute once per kernel, device and value (cudaFuncSetAttribute on
+// every launch costs host time that decode-sized calls notice). Keyed by the kernel's address:
+// kernels of one signature are different functions.
+inline void set_attribute_once(const void* kernel, cudaFuncAttribute attribute, int value) {
+  struct Set {
+    const void* kernel;
+    int device;
+    cudaFuncAttribute attribute;
+    int value;
+  };
+  static std::mutex mutex;
+  static std::vector<Set> done;
   int device = 0;
   cudaGetDevice(&device);
-  if (device < 0 || device >= 64 || done[device] != value) {
-    cudaFuncSetAttribute(kernel, attribute, value);
-    if (device >= 0 && device < 64) done[device] = value;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Set& s : done) {
+    if (s.kernel == kernel && s.device == device && s.attribute == attribute && s.value == value) return;
   }
+  cudaFuncSetAttribute(kernel, attribute, value);
+  done.push_back({kernel, device, attribute, value});
 }
 
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
@@ -363,7 +375,7 @@ void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool
   unsigned int count = 0;
   if constexpr (kCluster) {
     if (p.cluster > plan::kMaxPortableCluster) {
-      set_attribute_once(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
     attribute[count].id = cudaLaunchAttributeClusterDimension;
     attribute[count].val.clusterDim.x = static_cast<unsigned int>(p.cluster);
@@ -379,7 +391,8 @@ void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool
   config.attrs = attribute;
   config.numAttrs = count;
   if (smem > 48 * 1024) {
-    set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
   }
   cudaLaunchKernelEx(&config, kernel, args...);
 }
