@@ -183,7 +183,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(ROWS, "base += units * per_unit, parity ^= 1) {", "base += units * per_unit) {", count=2),)),
     Mutant("cluster_rank_ignored", "cuda", "every CTA of a cluster reads the first slab of the row",
            (Edit(ROWS, "const int first_vec = static_cast<int>(rank) * kVpt * group + lane;",
-                 "const int first_vec = lane;", count=3),)),
+                 "const int first_vec = lane;", count=4),)),
     Mutant("cluster_sum_local", "cuda", "the row's sum taken over the CTA's own slab only, not the cluster's",
            (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
     Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before the cluster barrier",
@@ -211,12 +211,19 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread staged into the same shared-memory slot",
            (Edit(ROWS, "if (j < n_vec) dev::cp_async16(&tile[v * group + lane], xr + j * kVec);",
                  "if (j < n_vec) dev::cp_async16(&tile[lane], xr + j * kVec);"),)),
+    Mutant("fast_staged_prefetch_into_current", "cuda", "the next row copied into the shared-memory stage still being read",
+           (Edit(ROWS, "      fetch(row + units, stage ^ 1);", "      fetch(row + units, stage);"),)),
+    Mutant("fast_staged_prefetch_not_awaited", "cuda", "a staged row read before its copies land (backward)",
+           (Edit(ROWS, "    dev::cp_async_wait_all_but_last();\n", ""),)),
     Mutant("fast_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16 (fast path)",
            (Edit(ROWS, "        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * "
                        "dev::to_acc(xv[v].v[k]);",
                  "        dot = dev::to_acc(dev::from_acc<T>(dot + dev::to_acc(dv[v].v[k]) * "
-                 "static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k])));"),)),
+                 "static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k])));"),
+            Edit(ROWS, "dot += dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k]);",
+                 "dot = dev::to_acc(dev::from_acc<T>(dot + dev::to_acc(dv.v[k]) * "
+                 "static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k])));"))),
     Mutant("cuda_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16",
            (Edit(CU, "dot += to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * to_acc(vx.v[k]);",

@@ -90,6 +90,12 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
+// Groups of cp.async: close the group of copies issued since the last commit; wait until every
+// group but the most recent has landed; wait for them all.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_groups() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
 // may start while the kernel before it in the stream is finishing; it must wait for that kernel's
 // completion (and its memory) before it reads anything, and may let the next one start early.

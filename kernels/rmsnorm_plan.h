@@ -10,9 +10,10 @@
 //   vpt      16-byte vectors per thread and tensor, held in registers from load to store
 //   cta      threads per CTA: cta / group rows are handled side by side
 //   cluster  CTAs that share one row through distributed shared memory (1: no cluster)
-//   staged   the forward copies its vectors into shared memory (cp.async) instead of holding them
-//            in registers: long rows, where registers would limit the CTAs a multiprocessor holds,
-//            and with them the bytes in flight
+//   staged   the vectors go through shared memory (cp.async) instead of registers: long rows, where
+//            registers would limit the CTAs a multiprocessor holds, and with them the bytes in
+//            flight (forward), or the next row's loads could not start before this row is done
+//            (backward)
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct Plan {
   bool ok() const { return vpt > 0; }
   int64_t capacity() const { return int64_t(group) * vpt * cluster; }  // vectors a row may hold
   // Shared memory a staged forward CTA holds its slab of the row in.
-  int64_t staged_bytes() const { return staged ? int64_t(group) * vpt * 16 : 0; }
+  int64_t forward_staged_bytes() const { return staged ? int64_t(group) * vpt * 16 : 0; }
 };
 
 // Forward: x alone lives in registers, so a thread holds up to 8 vectors (32 registers).
@@ -58,12 +59,24 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 constexpr int64_t kFwdStagedFrom = RMSNORM_FWD_STAGED_FROM;
 constexpr int kFwdStagedCta = RMSNORM_FWD_STAGED_CTA;
 constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
+constexpr int kFwdStagedCtasPerSm = 6;  // what its shared memory allows: registers must not allow fewer
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
 constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows
 constexpr int kBwdMaxGroup = 512;
 constexpr int kBwdMaxVpt = 2;
 constexpr int kBwdClusterVpt = 2;
+// Staged backward (rows past kBwdStagedFrom vectors, where the register backward needs clusters):
+// a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps two rows of x and
+// grad_out in shared memory, copying the next row in (cp.async) while it reduces and writes this
+// one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a multiprocessor. Rows longer
+// than a 16-CTA cluster holds keep the register backward. 0 turns it off.
+#ifndef RMSNORM_BWD_STAGED_FROM
+#define RMSNORM_BWD_STAGED_FROM 1024
+#endif
+constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
+constexpr int kBwdStagedCta = 256;
+constexpr int kBwdStagedVpt = 8;
 // Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).
 constexpr int kMaxPortableCluster = 8;
 constexpr int kMaxCluster = 16;
@@ -153,8 +166,32 @@ constexpr Plan forward_plan(int64_t n_vec) {
   return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 
+// A staged backward: one CTA while it holds the row, then a cluster of up to 16; none past that.
+constexpr Plan backward_staged_layout(int64_t n_vec) {
+  Plan p;
+  const int64_t clusters = ceil_div(n_vec, int64_t(kBwdStagedCta) * kBwdStagedVpt);
+  if (clusters > kMaxCluster) return p;
+  p.staged = true;
+  p.vpt = kBwdStagedVpt;
+  p.cluster = pow2_at_least(clusters);
+  p.group = p.cluster > 1 ? kBwdStagedCta : pow2_at_least(ceil_div(n_vec, kBwdStagedVpt));
+  if (p.group < 32) p.group = 32;
+  p.cta = p.group;
+  return p;
+}
+
 constexpr Plan backward_plan(int64_t n_vec) {
+  if (kBwdStagedFrom > 0 && n_vec > kBwdStagedFrom) {
+    const Plan p = backward_staged_layout(n_vec);
+    if (p.ok()) return p;
+  }
   return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt, kBwdMaxVpt, kBwdClusterVpt);
+}
+
+// Shared memory of a staged backward CTA: two rows of grad_out and x (16-byte vectors), and the
+// float grad_weight sums of its columns (vec elements a vector).
+constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
+  return p.staged ? int64_t(p.group) * p.vpt * (2 * 2 * 16 + vec * 4) : 0;
 }
 
 // Row units of the forward grid (a unit is one CTA, or one cluster; it handles cta / group rows).
@@ -168,7 +205,9 @@ inline int64_t forward_units(const Plan& p, int64_t rows) {
 // sums, which the final kernel adds in unit order.
 inline int64_t backward_units(const Plan& p, int64_t rows) {
   const int64_t units = ceil_div(rows, p.cta / p.group);
-  int64_t cap = int64_t(kPersistentSms) * (kPersistentThreadsPerSm / p.cta) / p.cluster;
+  // A staged unit's shared memory fills a multiprocessor: one CTA on each.
+  const int64_t per_sm = p.staged ? 1 : kPersistentThreadsPerSm / p.cta;
+  int64_t cap = int64_t(kPersistentSms) * per_sm / p.cluster;
   if (cap < 1) cap = 1;
   return units < cap ? units : cap;
 }

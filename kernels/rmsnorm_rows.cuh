@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 // vector's elements, in order), and again to write y. A thread reads only what it copied: no barrier
 // guards the tile. The row's sum comes from dev::group_sum over the CTA (and the cluster).
 template <typename T, typename W, int kVpt, bool kCluster>
-__global__ void __launch_bounds__(plan::kMaxCtaThreads)
+__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
                       int64_t x_row_stride,
                       const W* __restrict__ weight,  // [n]
@@ -334,6 +334,122 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
+// grad_x and grad_weight's partial sums, as bwd_kernel, for long rows: a persistent CTA (one slab
+// of a cluster's row with kCluster) walks rows unit, unit + units, ...; while it reduces and writes
+// one row, the next row's grad_out and x are on their way into the other of two shared-memory
+// stages (cp.async). Thread t owns vectors j = (rank * kVpt + v) * blockDim.x + t, in both stages,
+// and their columns' grad_weight sums, also in shared memory; it reads only what it copied, so no
+// barrier guards the stages. The row's dot product (v, then the vector's elements, in order) comes
+// from dev::group_sum; grad_weight's sums go to partial[unit, :] at the end.
+template <typename T, typename W, int kVpt, bool kCluster>
+__global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: registers to spare
+    bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
+                      int64_t dy_row_stride,
+                      const T* __restrict__ x,  // [rows, x_row_stride]
+                      int64_t x_row_stride,
+                      const W* __restrict__ weight,       // [n]
+                      const float* __restrict__ inv_rms,  // [rows]
+                      T* __restrict__ dx,                 // [rows, n]
+                      float* __restrict__ partial,        // [units, n]
+                      int64_t rows, int64_t n) {
+  constexpr int kVec = vec_of<T>();
+  using V = dev::Vec16<T, kVec>;
+  using VW = dev::Vec16<W, kVec>;
+  static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
+  // [2 stages][grad_out, x][kVpt][blockDim.x] vectors, then [kVpt][kVec][blockDim.x] float sums
+  extern __shared__ uint4 staged[];
+  __shared__ dev::ReduceSlots slots;
+  unsigned int rank = 0, cluster_size = 1;
+  if constexpr (kCluster) {
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = cluster.block_rank();
+    cluster_size = cluster.num_blocks();
+  }
+  const int group = blockDim.x;
+  const int lane = threadIdx.x;
+  const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
+  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int64_t unit = blockIdx.x / cluster_size;
+  const int64_t units = gridDim.x / cluster_size;
+  float* acc = reinterpret_cast<float*>(staged + 4 * kVpt * group);
+#pragma unroll
+  for (int i = 0; i < kVpt * kVec; ++i) acc[i * group + lane] = 0.f;
+  auto fetch = [&](int64_t row, int stage) {
+    uint4* dys = staged + (stage * 2) * kVpt * group;
+    uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        dev::cp_async16(&dys[v * group + lane], dy + row * dy_row_stride + j * kVec);
+        dev::cp_async16(&xs[v * group + lane], x + row * x_row_stride + j * kVec);
+      }
+    }
+    dev::cp_async_commit();
+  };
+  if (unit < rows) fetch(unit, 0);
+  int stage = 0, parity = 0;
+  for (int64_t row = unit; row < rows; row += units, stage ^= 1, parity ^= 1) {
+    if (row + units < rows) {
+      fetch(row + units, stage ^ 1);
+    } else {
+      dev::cp_async_commit();  // an empty group: the wait below still leaves at most one pending
+    }
+    dev::cp_async_wait_all_but_last();
+    const uint4* dys = staged + (stage * 2) * kVpt * group;
+    const uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
+    const float inv = inv_rms[row];
+    float dot = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
+        const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
+        VW wv;
+        dev::load16(wv, weight + j * kVec);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          dot += dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k]);
+        }
+      }
+    }
+    dot = dev::group_sum<kCluster>(dot, group, parity, slots);
+    const float c = inv * inv * dot / static_cast<float>(n);
+    T* dxr = dx + row * n;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) {
+        const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
+        const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
+        VW w;
+        dev::load16(w, weight + j * kVec);
+        V out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
+          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
+          acc[(v * kVec + k) * group + lane] += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
+        }
+        dev::store16(dxr + j * kVec, out);
+      }
+    }
+  }
+  dev::cp_async_wait_all_groups();
+  float* pr = partial + unit * n;  // unit < 2^20, n < 2^20
+#pragma unroll
+  for (int v = 0; v < kVpt; ++v) {
+    const int j = first_vec + v * group;
+    if (j < n_vec) {
+      dev::Vec16<float, kVec> out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out.v[k] = acc[(v * kVec + k) * group + lane];
+      dev::store16(pr + j * kVec, out);
+    }
+  }
+}
+
 // Shared memory the backward kernel needs beyond its static slots.
 inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
   return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
@@ -404,11 +520,11 @@ void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* wei
   if (p.staged) {
     constexpr int kVpt = plan::kFwdStagedVpt;
     if (p.vpt == kVpt) {
-      launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.staged_bytes(), true, stream, x,
+      launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.forward_staged_bytes(), true, stream, x,
                        x_row_stride, weight, y, inv_rms, rows, n, eps);
     } else if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
       if (p.vpt == 2 * kVpt) {
-        launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.staged_bytes(), true, stream, x,
+        launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.forward_staged_bytes(), true, stream, x,
                          x_row_stride, weight, y, inv_rms, rows, n, eps);
       }
     }
@@ -437,6 +553,15 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
               int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx, float* partial,
               int64_t rows, int64_t n, cudaStream_t stream) {
   const int64_t units = plan::backward_units(p, rows);
+  if (p.staged) {
+    constexpr int kVpt = plan::kBwdStagedVpt;
+    if (p.vpt == kVpt) {
+      launch<kCluster>(bwd_staged_kernel<T, W, kVpt, kCluster>, p, units,
+                       static_cast<size_t>(plan::backward_staged_bytes(p, vec_of<T>())), false, stream, dy,
+                       dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n);
+    }
+    return;
+  }
   const size_t smem = bwd_scratch_bytes(p, vec_of<T>());
   switch (p.vpt) {
 #define RMSNORM_BWD_CASE(VPT)                                                                  \

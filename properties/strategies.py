@@ -62,9 +62,14 @@ def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_r
     to fit). Shrinks towards (1, 1). tall=True: always 65,535 to about 2^21 rows of N <= 16
     (max_elements does not apply). rare: whether to draw the rare many-rows shape (default: a
     1-in-25 draw of its own); zero: whether a leading dim is 0 (default: a 1-in-20 draw); bulk:
-    1,024 to 4,096 rows of N up to max_elements / rows. n_multiple: every N a multiple of it (a
+    1,024 to 4,096 rows of N up to max_elements / rows; bulk="long": 160 to 600 rows of 8K to 64K
+    elements (max_elements permitting). n_multiple: every N a multiple of it (a
     declared contract's n_multiple_of); then it shrinks towards (1, n_multiple)."""
     m = n_multiple
+    if bulk == "long":  # hundreds of rows of 8K to 64K: a persistent kernel's units loop over long rows
+        rows = draw(st.integers(160, 600))
+        n = min(max_n, max_elements // rows, 8192 + draw(_sizes(1 << 16, m)))
+        return (rows, max(m, n // m * m))
     if bulk:  # thousands of rows of up to max_elements / rows: a persistent kernel's units loop
         rows = draw(st.integers(1024, 4096))
         return (rows, draw(_sizes(max(m, min(max_n, max_elements // rows)), m)))
@@ -129,7 +134,8 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     new_signature = draw(st.integers(0, session.NEW_SIGNATURE_ONE_IN - 1)) == session.NEW_SIGNATURE_ONE_IN - 1
     pick = draw(st.integers(0, 2**16 - 1))
     shape_kw = dict(shape_kw)
-    bulk = shape_kw.pop("bulk", False) and seed % 3 == 1
+    bulk_kind = shape_kw.pop("bulk", False)
+    bulk = {1: bool(bulk_kind), 2: "long" if bulk_kind == "long" else False}.get(seed % 3, False)
     shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk))
     dtype = draw(st.sampled_from(dtypes))
     wdt = draw(st.sampled_from(tuple(w for w in ("same", "float32") if w in c.weight_dtypes)))
@@ -209,10 +215,11 @@ def _grad_pattern(seed: int) -> str:
 def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
           max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4, many_rows: bool = True,
           max_n: int = 1 << 17, weight_patterns=WEIGHT_PATTERNS, tall: bool = False,
-          bulk: bool = False) -> st.SearchStrategy[Case]:
+          bulk: bool | str = False) -> st.SearchStrategy[Case]:
     """Cases for the laws. eps=None draws typical values, 0, tiny and up to 1; a tuple fixes
     the choices. Layouts a shape cannot take are left out for that shape. bulk: one case in
-    three has thousands of rows (shapes(bulk=True)). Shrinks towards Case(shape=(1,)) with
+    three has thousands of rows (shapes(bulk=True)); bulk="long": and one in three hundreds of
+    long rows (shapes(bulk="long")). Shrinks towards Case(shape=(1,)) with
     float32, contiguous, normal values, eps 1e-6, seed 0."""
     for name, vals, allowed in (("dtypes", dtypes, tuple(DTYPES)), ("layouts", layouts, LAYOUTS),
                                 ("grad_layouts", grad_layouts, LAYOUTS), ("patterns", patterns, PATTERNS),
@@ -230,8 +237,10 @@ def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns
 
 def expensive_cases() -> st.SearchStrategy[Case]:
     """Large tensors: up to 2^24 elements and rows of up to 2^18, drawn a few times a run (their
-    own test has a small budget) rather than never. Shrinks like cases()."""
-    return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18)
+    own test has a small budget) rather than never; one in three thousands of rows, one in three
+    hundreds of rows of 8K to 64K (persistent kernels looping over rows of each length). Shrinks
+    like cases()."""
+    return cases(max_elements=1 << 24, many_rows=True, max_n=1 << 18, bulk="long")
 
 
 def tall_cases() -> st.SearchStrategy[Case]:

@@ -78,6 +78,16 @@ def test_padded_rows_and_persistent_units(dtype):
             _judge(x, w, dy, f"{dtype} rows={rows} N={n} row stride {n + pad}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_staged_backward_loops_over_many_rows(dtype):
+    # A persistent unit copies the next row in while it finishes this one: rows several times the
+    # units (132, or 132 / cluster), one CTA a row (N = 2048 vectors) and clusters of 4 and 16.
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    for n_vec, rows in ((2048, 300), (8192, 100), (32768, 20)):
+        x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
+        _judge(x, w, dy, f"{dtype} rows={rows} N={n_vec * vec}")
+
+
 def test_float64_takes_the_fallback():
     for n in (1, 64, 4096, 4099):
         x, w, dy = _inputs(5, n, torch.float64, torch.float64, seed=n)
