@@ -77,7 +77,7 @@ def mismatches(record_text: str, current: dict[str, str]) -> list[str]:
 
 
 def write(out: Path, *, verdict: str, commit: str, wall_s: float, machine: str, steps: list[tuple[str, str, float, str]],
-          root: Path = ROOT) -> str:
+          parts: int = 1, root: Path = ROOT) -> str:
     trees = tree_ids(root)
     lines = ["# The GPU lane", "",
              "Written by `.ci/gpu-lane` at the end of a run. `tests/test_lane.py` (CPU lane, CI) fails when the trees",
@@ -85,7 +85,7 @@ def write(out: Path, *, verdict: str, commit: str, wall_s: float, machine: str, 
              "| field | value |", "|---|---|",
              f"| verdict | {verdict} |", f"| commit | {commit} |",
              f"| when | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} |",
-             f"| machine | {machine} |", f"| wall | {wall_s:.0f} s |"]
+             f"| machine | {machine} |", f"| wall | {wall_s:.0f} s |", f"| parts | {parts} |"]
     lines += [f"| {name} | {tree} |" for name, tree in trees.items()]
     lines += ["", "## Steps", ""]  # a list, not a table: the details hold pipes (scores, cases)
     lines += [f"- {name}: {step_verdict} in {secs:.0f} s" + (f"; {detail}" if detail else "")
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--log-dir", required=True)
     r.add_argument("--steps", required=True, help="the steps run, in order, space-separated")
     r.add_argument("--wall", type=float, required=True)
+    r.add_argument("--parts", type=int, default=1, help="runs the lane took (resumed at the same trees)")
     r.add_argument("--commit", required=True)
     r.add_argument("--machine", default="")
     r.add_argument("--out", default=str(RECORD))
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = _read_steps(Path(args.log_dir), args.steps.split())
     verdict = "PASSED" if steps and all(v == "PASSED" for _, v, _, _ in steps) else "FAILED"
     print(write(Path(args.out), verdict=verdict, commit=args.commit, wall_s=args.wall, machine=args.machine,
-                steps=steps), end="")
+                steps=steps, parts=args.parts), end="")
     return 0 if verdict == "PASSED" else 1
 
 

@@ -211,10 +211,6 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread staged into the same shared-memory slot",
            (Edit(ROWS, "if (j < n_vec) dev::cp_async16(&tile[v * group + lane], xr + j * kVec);",
                  "if (j < n_vec) dev::cp_async16(&tile[lane], xr + j * kVec);"),)),
-    Mutant("fast_staged_prefetch_into_current", "cuda", "the next row copied into the shared-memory stage still being read",
-           (Edit(ROWS, "      fetch(row + units, stage ^ 1);", "      fetch(row + units, stage);"),)),
-    Mutant("fast_staged_prefetch_not_awaited", "cuda", "a staged row read before its copies land (backward)",
-           (Edit(ROWS, "    dev::cp_async_wait_all_but_last();\n", ""),)),
     Mutant("fast_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16 (fast path)",
            (Edit(ROWS, "        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * "

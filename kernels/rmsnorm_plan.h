@@ -70,9 +70,10 @@ constexpr int kBwdClusterVpt = 2;
 // a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps two rows of x and
 // grad_out in shared memory, copying the next row in (cp.async) while it reduces and writes this
 // one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a multiprocessor. Rows longer
-// than a 16-CTA cluster holds keep the register backward. 0 turns it off.
+// than a 16-CTA cluster holds keep the register backward. Off (0) by default: it has not been run
+// on a GPU yet; -DRMSNORM_BWD_STAGED_FROM=1024 builds it in (benchmarks/variants.py compares).
 #ifndef RMSNORM_BWD_STAGED_FROM
-#define RMSNORM_BWD_STAGED_FROM 1024
+#define RMSNORM_BWD_STAGED_FROM 0
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
 constexpr int kBwdStagedCta = 256;

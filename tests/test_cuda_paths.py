@@ -79,9 +79,9 @@ def test_padded_rows_and_persistent_units(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_staged_backward_loops_over_many_rows(dtype):
-    # A persistent unit copies the next row in while it finishes this one: rows several times the
-    # units (132, or 132 / cluster), one CTA a row (N = 2048 vectors) and clusters of 4 and 16.
+def test_persistent_backward_loops_over_many_long_rows(dtype):
+    # Persistent units over rows several times their number (132 / cluster): one CTA a row (N = 2048
+    # vectors) and clusters of 4 and 16, the staged backward's shapes when it is built in.
     vec = 16 // torch.empty((), dtype=dtype).element_size()
     for n_vec, rows in ((2048, 300), (8192, 100), (32768, 20)):
         x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
