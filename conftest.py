@@ -1,32 +1,14 @@
-"""Hypothesis profiles and pytest options for the RMSNorm suite (no test logic here).
-
-Profiles (choose with --hypothesis-profile NAME or HYPOTHESIS_PROFILE):
-  dev   quick, for development (default)
-  ci    derandomized, fixed budget: the same cases on every run (CI and the pre-merge gate)
-  gate  alias of ci
-  fuzz  large budget, random seeds, no deadline: long fuzzing sessions
-"""
+"""pytest options and Hypothesis profiles for the RMSNorm suite (no test logic here): both come
+from the harness's pytest plugin (harness/pytest_plugin.py; the profiles: harness/profiles.py).
+An installed copy registers the plugin through its entry point; a clone loads it here."""
 
 import os
+from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, settings
+from harness.locations import plugin_installed
 
-pytest_plugins = ["harness.pytest_plugin"]
+# The suite's own temporary folders (pytest's tmp_path) under .build/, not in the system's /tmp.
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(Path(__file__).resolve().parent / ".build"))
+(Path(os.environ["PYTEST_DEBUG_TEMPROOT"])).mkdir(parents=True, exist_ok=True)
 
-_common = dict(
-    deadline=None,  # the target runs in a worker process: latency is not the target's speed
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    print_blob=True,
-    # No "explain" phase: its notes (lines only failing cases ran) point into the harness, not
-    # the target, and the gate's report says what failed.
-    phases=[p for p in Phase if p is not Phase.explain],
-)
-# Each profile starts from Hypothesis' own defaults, not from whatever profile is loaded at import:
-# where a CI variable is set, Hypothesis loads its "ci" profile (derandomized, no database) first,
-# and a fuzzing session would then draw the same cases chunk after chunk.
-_base = settings.get_profile("default")
-settings.register_profile("dev", parent=_base, max_examples=20, **_common)
-settings.register_profile("ci", parent=_base, max_examples=40, derandomize=True, database=None, **_common)
-settings.register_profile("gate", parent=settings.get_profile("ci"))
-settings.register_profile("fuzz", parent=_base, max_examples=1_000_000, **_common)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+pytest_plugins = [] if plugin_installed() else ["harness.pytest_plugin"]

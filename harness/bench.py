@@ -123,7 +123,7 @@ def _hf_module(n: int, dtype):
 
 
 def _project_module(n: int, dtype):
-    from .ops import RMSNorm
+    from rmsnorm import RMSNorm
 
     m = RMSNorm(n, eps=EPS, device="cuda", dtype=dtype)
     return m, m.weight
@@ -246,7 +246,7 @@ def implementations(targets: list[str], peers: list[str]) -> tuple[list[Impl], l
             from . import ops
 
             ops.extension()
-            users.append(_module_impl("project", _project_module, "harness.ops.RMSNorm"))
+            users.append(_module_impl("project", _project_module, "rmsnorm.RMSNorm"))
             operators.append(_project_operators())
         else:
             users.append(_target_impl(spec))

@@ -24,8 +24,8 @@ try:
 except ImportError:  # not POSIX: no locks, each process on its own
     fcntl = None
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCE_LIST = ROOT / "sources.txt"
+from .locations import ROOT, source_root, work_root
+
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inl")
 DEFAULT_ARCH = "9.0"  # the H200 this project targets, used when there is no GPU to ask
@@ -119,16 +119,18 @@ def cuda_arch_list() -> str:
 def project_sources(with_cuda: bool, python_module: bool = True) -> list[Path]:
     """The project's sources from sources.txt, for a CUDA or a CPU-only build."""
     out = []
-    for line in SOURCE_LIST.read_text().splitlines():
+    base = source_root()
+    source_list = base / "sources.txt"
+    for line in source_list.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         kind, path = line.split()
         if kind not in ("core", "cuda", "python"):
-            raise ValueError(f"{SOURCE_LIST}: unknown source kind {kind!r} in line {line!r}")
+            raise ValueError(f"{source_list}: unknown source kind {kind!r} in line {line!r}")
         if (kind == "cuda" and not with_cuda) or (kind == "python" and not python_module):
             continue
-        out.append(ROOT / path)
+        out.append(base / path)
     return out
 
 
@@ -181,7 +183,7 @@ class BuildSpec:
 
 
 def build_root() -> Path:
-    return Path(os.environ.get("RMSNORM_BUILD_ROOT", ROOT / ".build"))
+    return work_root()
 
 
 def _module_name(spec: BuildSpec, key: str) -> str:

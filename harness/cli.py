@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from .build import ROOT
+from .locations import properties_dir, pytest_args as laws_pytest_args, work_root
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -130,10 +131,10 @@ def preflight(what: str) -> None:
         p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], capture_output=True,
                            text=True)
         for line in p.stdout.splitlines():
-            if line.startswith("rmsnorm:"):
+            if line.startswith("rmsnorm:") and "toolchain:" not in line:  # the report has the toolchain line
                 print(line, flush=True)
         if p.returncode != 0:
-            log = ROOT / ".build" / "setup-error.log"
+            log = work_root() / "setup-error.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(p.stdout + p.stderr)
             errors = [ln.strip() for ln in (p.stdout + p.stderr).splitlines()
@@ -156,11 +157,22 @@ def _setup_failed(cmd: str, e: SetupError) -> int:
 def cmd_gate(args) -> int:
     import pytest
 
+    from . import interrupts
+
+    interrupts.install()
     _apply_env(args)
+    t_setup = time.perf_counter()
     try:
         preflight("the gate")
     except SetupError as e:
         return _setup_failed("gate", e)
+    except KeyboardInterrupt:
+        from . import session
+
+        print(f"\nrmsnorm gate INTERRUPTED: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
+              f"during set-up (building and loading the target), {time.perf_counter() - t_setup:.0f} s wall; "
+              "no law ran")
+        return EXIT_INTERRUPTED
     if args.budget <= 0:
         raise ValueError(f"gate: expected --budget > 0 seconds, but got {args.budget:g}")
     from .session import BUDGET_ENV
@@ -179,8 +191,8 @@ def cmd_gate(args) -> int:
         session.stop_runner()
     junit = Path(args.junit).resolve()
     junit.parent.mkdir(parents=True, exist_ok=True)
-    pytest_args = [str(ROOT / "properties"), f"--hypothesis-profile={args.profile}", f"--junitxml={junit}",
-                   "-p", "no:cacheprovider", "-q", "-rfEs", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
+    pytest_args = [str(properties_dir()), f"--hypothesis-profile={args.profile}", f"--junitxml={junit}", "-q", "-rfE",
+                   *laws_pytest_args()]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
     if any(a.startswith("-v") or a == "--verbose" for a in args.pytest_args):
@@ -192,7 +204,13 @@ def cmd_gate(args) -> int:
 
     code = {pytest.ExitCode.OK: EXIT_PASSED, pytest.ExitCode.TESTS_FAILED: EXIT_FAILED,
             pytest.ExitCode.INTERRUPTED: EXIT_INTERRUPTED}.get(code, EXIT_SETUP)
+    if interrupts.requested():  # a Ctrl-C after the last case: the run still ends as interrupted
+        code = EXIT_INTERRUPTED
     verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INTERRUPTED: "INTERRUPTED"}.get(code, "SET-UP ERROR")
+    from .pytest_plugin import COVERAGE_VERDICT
+
+    if code == EXIT_FAILED and COVERAGE_VERDICT:  # every test that ran passed: the floors failed it
+        verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
@@ -236,8 +254,10 @@ def cmd_replay(args) -> int:
 
 
 def cmd_fuzz(args) -> int:
+    from . import interrupts
     from .fuzz import campaign, default_workers, fuzz
 
+    interrupts.install()
     _apply_env(args)
     if args.database:
         from .fuzz import DB_ENV, example_database
@@ -249,10 +269,15 @@ def cmd_fuzz(args) -> int:
     if args.worker_status:  # one worker of a campaign: its parent did the set-up checks
         return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk, status=Path(args.worker_status),
                     offset=args.worker_offset)
+    t0 = time.perf_counter()
     try:
         preflight("fuzzing")
     except SetupError as e:
         return _setup_failed("fuzz", e)
+    except KeyboardInterrupt:
+        from .fuzz import interrupted_in_set_up
+
+        return interrupted_in_set_up(time.perf_counter() - t0)
     from .target import default_device
 
     workers = args.workers if args.workers is not None else default_workers(default_device())
@@ -371,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("gate", help="pre-merge gate: fixed seed and budget, the corpus, all laws", epilog=EXIT_CODES)
     _target_args(g)
     g.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
-    g.add_argument("--junit", default=str(ROOT / ".build" / "gate-junit.xml"), help="where to write JUnit XML")
+    g.add_argument("--junit", default=str(work_root() / "gate-junit.xml"), help="where to write JUnit XML")
     g.add_argument("-n", "--workers", type=int, default=None,
                    help="pytest-xdist workers, spread over the GPUs (default: several a GPU as the cores allow, at "
                         "most 4; on the CPU one per 4 cores; 0 or 1: none)")
@@ -437,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--elements", type=int, default=1 << 26, help="M * N of each shape (default 2^26)")
     be.add_argument("--directions", default="forward,backward")
     be.add_argument("--no-decode", action="store_true", help="leave out the decode shapes (CUDA graphs)")
-    be.add_argument("--out", default=str(ROOT / ".build" / "bench"), help="folder for bench.md, bench.json, bench.png")
+    be.add_argument("--out", default=str(work_root() / "bench"), help="folder for bench.md, bench.json, bench.png")
     be.add_argument("--plot", default=None, metavar="BENCH_JSON", help="only draw the plot of a saved bench.json")
     be.set_defaults(fn=cmd_bench)
 
@@ -450,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     sh.add_argument("--no-gate", action="store_true", help="leave out the gate's verdict (the slowest row)")
     sh.add_argument("--gate-profile", default="dev", choices=("dev", "ci", "gate"))
     sh.add_argument("--budget", type=float, default=600.0, help="wall-time budget of each gate run, seconds")
-    sh.add_argument("--out", default=str(ROOT / ".build" / "sheet"), help="folder for sheet.md, sheet.json, sheet.png")
+    sh.add_argument("--out", default=str(work_root() / "sheet"), help="folder for sheet.md, sheet.json, sheet.png")
     sh.set_defaults(fn=cmd_sheet)
 
     pr = sub.add_parser("profile", help="Nsight Compute on one shape, summarised (CUDA)")
@@ -458,14 +483,16 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--dtype", default="bfloat16")
     pr.add_argument("--direction", default="both", choices=("forward", "backward", "both"))
     pr.add_argument("--target", default=None, help="project (default), a source folder, module:NAME, or a peer name")
-    pr.add_argument("--out", default=str(ROOT / ".build" / "profile"), help="folder for the summary and the raw CSV")
+    pr.add_argument("--out", default=str(work_root() / "profile"), help="folder for the summary and the raw CSV")
     pr.set_defaults(fn=cmd_profile)
 
     args = p.parse_args(argv)
     try:
         return args.fn(args)
     except (ValueError, TypeError) as e:
-        print(f"python3 -m harness {args.cmd}: error: {e}", file=sys.stderr)
+        if os.environ.get("RMSNORM_TRACEBACK") == "1":
+            raise
+        print(f"python3 -m harness {args.cmd}: error: {e} (RMSNORM_TRACEBACK=1 shows where)", file=sys.stderr)
         return EXIT_SETUP
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

@@ -26,17 +26,17 @@ from pathlib import Path
 
 import torch
 
-from .build import ROOT
 from .cases import Case, materialize
+from .locations import corpus_root as _corpus_root, regressions_dir
 
 SMALL_TENSOR_ELEMENTS = 4096  # store the tensors themselves up to this size
 
 
-REGRESSIONS = ROOT / "regressions"
+REGRESSIONS = regressions_dir()
 
 
 def corpus_root() -> Path:
-    return Path(os.environ.get("RMSNORM_CORPUS", ROOT / "corpus"))
+    return _corpus_root()
 
 
 def target_folder(spec: str) -> str:

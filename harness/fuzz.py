@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+from . import interrupts
 from .build import ROOT
+from .locations import properties_dir, pytest_args
 
-PROPERTIES = ROOT / "properties"
 DB_ENV = "RMSNORM_HYPOTHESIS_DB"  # Hypothesis' example database for fuzzing: a folder or redis://...
 
 
@@ -41,7 +43,9 @@ def example_database(spec: str):
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     return DirectoryBasedExampleDatabase(str(Path(spec).resolve()))
-PYTEST_ARGS = ["-p", "no:cacheprovider", "-s", "-q", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
+def _pytest_args() -> list[str]:
+    return ["-s", "-q", *pytest_args()]
+
 
 
 class _Outcomes:
@@ -68,11 +72,11 @@ def _collect(laws, profile: str | None = None):
 
     found = _Outcomes()
     with _quiet():
-        pytest.main([str(PROPERTIES), "--collect-only", *PYTEST_ARGS,
+        pytest.main([str(properties_dir()), "--collect-only", *_pytest_args(),
                      *([f"--hypothesis-profile={profile}"] if profile else [])], plugins=[found])
     tests = [(nid.split("::")[-1][len("test_"):], nid) for nid in found.items]
     if not tests:
-        raise RuntimeError(f"fuzz: pytest collected no tests from {PROPERTIES}")
+        raise RuntimeError(f"fuzz: pytest collected no tests from {properties_dir()}")
     if laws is not None:
         missing = set(laws) - {name for name, _ in tests}
         if missing:
@@ -99,10 +103,23 @@ def _run_chunk(nodeid: str, profile: str):
 
     got = _Outcomes()
     with _quiet():
-        code = pytest.main([str(ROOT / nodeid), f"--hypothesis-profile={profile}", *PYTEST_ARGS], plugins=[got])
+        code = pytest.main([str(properties_dir().parent / nodeid), f"--hypothesis-profile={profile}", *_pytest_args()],
+                           plugins=[got])
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     return got.reports[-1] if got.reports else None
+
+
+def _not_applicable(law: str, info: dict) -> str | None:
+    """Why law does not apply to the loaded target (harness.laws' rules), or None."""
+    from types import SimpleNamespace
+
+    from . import session
+    from .laws import LAWS
+
+    t = SimpleNamespace(is_cuda=info["device"].startswith("cuda"), has_ops=info["has_ops"],
+                        has_backward=info["has_backward"], spec=session.target_spec())
+    return LAWS[law].applicable(t) if law in LAWS else None
 
 
 def _law_of(test: str) -> str:
@@ -113,14 +130,27 @@ def _law_of(test: str) -> str:
     return test
 
 
+PROGRESS_ENV = "RMSNORM_PROGRESS_S"
+
+
+def progress_interval() -> float:
+    """Seconds between progress lines when they go to a file, not a terminal (default 30)."""
+    v = os.environ.get(PROGRESS_ENV, "30")
+    try:
+        return max(1.0, float(v))
+    except ValueError:
+        raise ValueError(f"{PROGRESS_ENV}: expected seconds, but got {v!r}") from None
+
+
 def _progress(stop: threading.Event, t0: float, deadline: float, state: dict) -> None:
     from . import session
 
     tty = sys.stderr.isatty()
+    every = progress_interval()
     last = 0.0
     while not stop.wait(1.0):
         now = time.time()
-        if not tty and now - last < 30:
+        if not tty and now - last < every:
             continue
         last = now
         n = sum(sum(c.values()) for c in session.TALLY.by_law.values())
@@ -153,10 +183,9 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
         raise ValueError(f"fuzz: expected --minutes > 0, but got {minutes}")
     if chunk < 1:
         raise ValueError(f"fuzz: expected --chunk >= 1, but got {chunk}")
-    sys.path.insert(0, str(ROOT))
     from hypothesis import settings
 
-    import conftest  # noqa: F401  (registers the profiles)
+    from . import profiles  # noqa: F401  (registers the profiles)
 
     db = os.environ.get(DB_ENV)
     settings.register_profile("fuzz-run", parent=settings.get_profile("fuzz"), max_examples=chunk,
@@ -166,20 +195,30 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
     from .pytest_plugin import FUZZ_DRIVER
 
     os.environ[FUZZ_DRIVER] = "1"  # each chunk is a pytest run; the session reports once, here
-    tests = _collect(laws, "fuzz-run")
-    from .target import is_prebuilt
-
-    if not is_prebuilt(session.target_spec()) and status is None:
-        from . import toolchain
-
-        print(f"fuzz: {toolchain.probe().line()}", file=sys.stderr)
-    info = session.runner().info
+    t_setup = time.time()
+    try:
+        tests = _collect(laws, "fuzz-run")
+        info = session.runner().info
+    except KeyboardInterrupt:
+        if status is not None:
+            _write_json(status, {"done": True, "interrupted": True, "elapsed": time.time() - t_setup,
+                                 "tally": session.TALLY.to_json(), "failed": {}, "not_run": {}, "ran": []})
+            return 130
+        return interrupted_in_set_up(time.time() - t_setup)
+    state = {"law": "-", "failed": {}, "not_run": {}, "ran": set()}
+    # Tests whose law does not apply here (CUDA-only on the CPU, this project's operators, optional
+    # laws not required) are reported as not run, not counted as the session's tests.
+    for name, nodeid in list(tests):
+        why = _not_applicable(_law_of(name), info)
+        if why:
+            state["not_run"][name] = why
+            tests.remove((name, nodeid))
     if status is None:
         print(f"fuzz: lane {session.lane()}, target {session.target_spec()} ({info['note']}), "
-              f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min", file=sys.stderr)
+              f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws "
+              f"({len(state['not_run'])} more not run here), {minutes:g} min", file=sys.stderr)
     t0 = time.time()
     deadline = t0 + minutes * 60
-    state = {"law": "-", "failed": {}, "not_run": {}, "ran": set()}
     stop = threading.Event()
     if status is None:
         th = threading.Thread(target=_progress, args=(stop, t0, deadline, state), daemon=True)
@@ -192,6 +231,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
         rotation = list(tests[k:] + tests[:k])
         while rotation and time.time() < deadline:
             for law, nodeid in list(rotation):
+                interrupts.check()
                 if time.time() >= deadline:
                     break
                 state["law"] = law
@@ -210,6 +250,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
     finally:
         stop.set()
         th.join()
+    interrupted = interrupted or interrupts.requested()
     elapsed = time.time() - t0
     if status is not None:
         if session._RUNNER is not None:
@@ -222,6 +263,21 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
         return 130 if interrupted else (1 if state["failed"] else 0)
     print(file=sys.stderr)
     return _report(session.TALLY, state, tests, elapsed, interrupted)
+
+
+def interrupted_in_set_up(elapsed: float) -> int:
+    """The report of a session interrupted before it checked a case (exit 130)."""
+    print(f"fuzz report: 0 cases in {elapsed:.0f} s, interrupted during set-up (before any case was drawn)")
+    print(verdict_line("INTERRUPTED", 0, elapsed))
+    return 130
+
+
+def verdict_line(verdict: str, cases: int, elapsed: float) -> str:
+    from . import session
+    from .cli import commit
+
+    return (f"rmsnorm fuzz {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
+            f"{cases} cases in {elapsed:.0f} s")
 
 
 def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_worker: list[int] | None = None) -> int:
@@ -245,9 +301,9 @@ def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_wo
     for law, msg in state["failed"].items():
         if not any(f["law"] == law for f in tally.failures):
             print(f"FAILED {law}: {msg}")
-    if interrupted:
-        return 130
-    return 1 if state["failed"] else 0
+    code = 130 if interrupted else (1 if state["failed"] else 0)
+    print(verdict_line({130: "INTERRUPTED", 1: "FAILED", 0: "PASSED"}[code], total, elapsed))
+    return code
 
 
 def default_workers(device: str) -> int:
@@ -263,7 +319,6 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
         raise ValueError(f"fuzz: expected --workers >= 1, but got {workers}")
     if minutes <= 0:
         raise ValueError(f"fuzz: expected --minutes > 0, but got {minutes}")
-    sys.path.insert(0, str(ROOT))
     tests = _collect(laws)
     gpus = 0
     if device == "cuda":
@@ -281,7 +336,10 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
     print(f"fuzz: a campaign of {workers} workers on {where}, target {session.target_spec()}, {len(tests)} tests of "
           f"{len({_law_of(t) for t, _ in tests})} laws, {minutes:g} min; one corpus ({corpus}) and one Hypothesis "
           f"database ({os.environ.get(DB_ENV) or '.hypothesis/examples'}) shared", file=sys.stderr)
-    status_dir = Path(tempfile.mkdtemp(prefix="rmsnorm-fuzz-"))
+    from .locations import work_root
+
+    (work_root() / "fuzz").mkdir(parents=True, exist_ok=True)
+    status_dir = Path(tempfile.mkdtemp(prefix="campaign-", dir=work_root() / "fuzz"))  # removed at the end
     procs = []
     t0 = time.time()
     for i in range(workers):
@@ -301,9 +359,10 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
     last = 0.0
     try:
         while any(p.poll() is None for p, _ in procs):
-            time.sleep(1.0)
+            time.sleep(0.2)
+            interrupts.check()
             now = time.time()
-            if not tty and now - last < 30:
+            if now - last < (1.0 if tty else progress_interval()):
                 continue
             last = now
             st = [_read_json(status_dir / f"worker-{i}.json") for i in range(workers)]
@@ -347,6 +406,7 @@ def campaign(*, workers: int, minutes: float, laws=None, chunk: int = 50, device
         state["not_run"].update(s["not_run"])
         state["ran"].update(s["ran"])
         interrupted = interrupted or s.get("interrupted", False)
+    shutil.rmtree(status_dir, ignore_errors=True)
     return _report(tally, state, tests, time.time() - t0, interrupted, per_worker)
 
 

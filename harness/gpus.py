@@ -11,15 +11,16 @@ import atexit
 import fcntl
 import os
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-CLAIMS_ENV = "RMSNORM_GPU_CLAIMS"  # the claims directory (default: rmsnorm-gpu-claims in the temp dir)
+CLAIMS_ENV = "RMSNORM_GPU_CLAIMS"  # the claims directory (default: gpu-claims in the work root)
 
 
 def claims_dir() -> Path:
-    return Path(os.environ.get(CLAIMS_ENV) or Path(tempfile.gettempdir()) / "rmsnorm-gpu-claims")
+    from .locations import work_root
+
+    return Path(os.environ.get(CLAIMS_ENV) or work_root() / "gpu-claims")
 
 
 def _alive(pid: int) -> bool:

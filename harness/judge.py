@@ -182,10 +182,38 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=
     shifted = _neighbour(g, r, bnd, bad_c)
     if shifted:
         out.append(shifted)
+    scaled = _row_scaled(g, r, bnd, bad_c)
+    if scaled:
+        out.append(scaled)  # errors proportional to the values are not a narrower dtype's rounding
+        return out
     precision = _narrower_precision(input_dtype or got.dtype, g, r, finite_checked.cpu() & torch.isfinite(g), bad_c)
     if precision:
         out.append(precision)
     return out
+
+
+def _row_scaled(g, r, bnd, bad) -> str | None:
+    """Every wrong row is the reference times one factor of its own: the row's statistic is off
+    (elements left out of the sum of squares, eps misapplied), not its rounding."""
+    if g.dim() == 0 or not bool(bad.any()):
+        return None
+    g2, r2, b2, bad2 = (t.reshape(-1, t.shape[-1]) for t in (g, r, bnd, bad))
+    rows = bad2.any(-1).nonzero().flatten().tolist()
+    factors = []
+    for i in rows[:64]:
+        ok = torch.isfinite(g2[i]) & torch.isfinite(r2[i]) & (r2[i].abs() > 0)
+        if int(ok.sum()) < 2:
+            return None
+        f = float((g2[i][ok] / r2[i][ok]).median())
+        if not math.isfinite(f) or not bool(((g2[i] - f * r2[i]).abs() <= b2[i])[ok].all()):
+            return None
+        factors.append((i, f))
+    if not factors:
+        return None
+    i, f = factors[0]
+    return (f"each wrong row is the reference times one factor of its own ({len(factors)} row(s); row {i}: "
+            f"{f:.7g}): the row's statistic is off (elements left out of the sum of squares, eps misapplied), "
+            "not its rounding")
 
 
 def _neighbour(g, r, bnd, bad) -> str | None:

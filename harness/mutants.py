@@ -318,8 +318,9 @@ def lanes_for(device: str) -> tuple[str, ...]:
     return ("cuda", "both") if device == "cuda" else ("cpu", "both")
 
 
-def check_catalogue(root: Path = build.ROOT) -> list[str]:
+def check_catalogue(root: Path | None = None) -> list[str]:
     """Problems with the catalogue against the current sources (empty when it is sound)."""
+    root = root or build.source_root()
     problems = []
     if len(BY_NAME) != len(CATALOGUE) + 1 or ORIGINAL.name in {m.name for m in CATALOGUE}:
         problems.append("mutant names are not unique")
@@ -359,7 +360,7 @@ def _pristine_files() -> dict[str, str]:
     srcs = build.project_sources(with_cuda)
     files = {}
     for f in build.local_files(srcs):
-        files[str(f.relative_to(build.ROOT))] = f.read_text()
+        files[str(f.relative_to(build.source_root()))] = f.read_text()
     return files
 
 
@@ -420,7 +421,7 @@ def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
         env = dict(os.environ)
         if with_cuda:
             env["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list()
-        srcs = [str(tree / p.relative_to(build.ROOT)) for p in build.project_sources(with_cuda)]
+        srcs = [str(tree / p.relative_to(build.source_root())) for p in build.project_sources(with_cuda)]
         # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
         cflags, ldflags = build.toolchain_flags()
         p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from . import mutants
 from .build import ROOT
+from .locations import properties_dir, pytest_args
 
 # The seed card's check: its reference and its one assert_close, on an input of the card's kind.
 CARD_SHAPE = (32, 1024)
@@ -118,9 +119,9 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     tally = work / "tally"
     tally.mkdir()
     env = dict(os.environ, RMSNORM_TALLY_DIR=str(tally), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "properties"), "-x", "-q", "-p", "no:cacheprovider",
-           f"--hypothesis-profile={profile}", f"--target=mutant:{m.name}", f"--device={device}",
-           f"--corpus={work / 'corpus'}", f"--junitxml={junit}", f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")]
+    cmd = [sys.executable, "-m", "pytest", str(properties_dir()), "-x", "-q", *pytest_args(),
+           f"--hypothesis-profile={profile}", f"--rmsnorm-target=mutant:{m.name}", f"--rmsnorm-device={device}",
+           f"--rmsnorm-corpus={work / 'corpus'}", f"--junitxml={junit}"]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     dt = time.perf_counter() - t0

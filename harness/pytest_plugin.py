@@ -12,18 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from . import profiles  # noqa: F401  (registers the Hypothesis profiles the options name)
 from . import session as _state
 
 
 def pytest_addoption(parser):
-    g = parser.getgroup("rmsnorm", "RMSNorm gate")
-    g.addoption("--target", default=None,
+    g = parser.getgroup("rmsnorm", "RMSNorm gate (the laws of harness/properties)")
+    g.addoption("--rmsnorm-target", default=None,
                 help="target to judge: 'project' (default), source files/folders separated by commas, or module:NAME "
-                     "(env RMSNORM_TARGET)")
-    g.addoption("--device", default=None, choices=("cpu", "cuda"),
+                     "(env RMSNORM_TARGET); given in a repository of its own, pytest also runs the laws on it")
+    g.addoption("--rmsnorm-device", default=None, choices=("cpu", "cuda"),
                 help="device to run the target on (env RMSNORM_DEVICE; default: cuda when a GPU is visible)")
-    g.addoption("--corpus", default=None, help="folder of saved failing cases (env RMSNORM_CORPUS; default corpus/)")
-    g.addoption("--lenient", action="store_true",
+    g.addoption("--rmsnorm-corpus", default=None,
+                help="folder of saved failing cases (env RMSNORM_CORPUS; default: corpus/)")
+    g.addoption("--rmsnorm-lenient", action="store_true",
                 help="allow the target to reject in-contract inputs (default for targets other than 'project')")
 
 
@@ -31,21 +33,68 @@ def _is_xdist_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _laws_in(args) -> bool:
+    from .locations import properties_dir
+
+    props = properties_dir().resolve()
+    for a in args:
+        path = Path(str(a).split("::")[0])
+        try:
+            if path.resolve() == props or props in path.resolve().parents:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """In a repository of its own, `pytest --rmsnorm-target=...` runs the laws on that target too,
+    beside the tests it would have run (the current folder when no path is given)."""
+    paths = [a for a in args if not a.startswith("-")]
+    if any(a.startswith("--rmsnorm-target") for a in args) and not _laws_in(paths):
+        from .locations import properties_dir
+
+        if not paths:
+            args.append(".")
+        args.append(str(properties_dir()))
+
+
+def _active(config) -> bool:
+    """Whether this run judges a target: it runs the laws (or was asked to). In other projects'
+    pytest runs the plugin, installed for every run, stays silent."""
+    return bool(config.getoption("--rmsnorm-target")) or _laws_in(config.args)
+
+
 def pytest_configure(config):
     opt = config.getoption
-    if opt("--target"):
-        os.environ["RMSNORM_TARGET"] = opt("--target")
-    if opt("--device"):
-        os.environ["RMSNORM_DEVICE"] = opt("--device")
-    if opt("--corpus"):
-        os.environ["RMSNORM_CORPUS"] = str(Path(opt("--corpus")).resolve())
-    if opt("--lenient"):
+    if opt("--rmsnorm-target"):
+        os.environ["RMSNORM_TARGET"] = opt("--rmsnorm-target")
+    if opt("--rmsnorm-device"):
+        os.environ["RMSNORM_DEVICE"] = opt("--rmsnorm-device")
+    if opt("--rmsnorm-corpus"):
+        os.environ["RMSNORM_CORPUS"] = str(Path(opt("--rmsnorm-corpus")).resolve())
+    if opt("--rmsnorm-lenient"):
         os.environ["RMSNORM_STRICT"] = "0"
-    if not _is_xdist_worker(config) and not os.environ.get("RMSNORM_TALLY_DIR"):
-        os.environ["RMSNORM_TALLY_DIR"] = tempfile.mkdtemp(prefix="rmsnorm-tally-")
+    config._rmsnorm_active = _active(config)
+    if config._rmsnorm_active and not _is_xdist_worker(config) and not os.environ.get("RMSNORM_TALLY_DIR"):
+        # The xdist workers write their tallies here; removed when the run ends (pytest_unconfigure).
+        config._rmsnorm_tally_dir = tempfile.mkdtemp(prefix="rmsnorm-tally-")
+        os.environ["RMSNORM_TALLY_DIR"] = config._rmsnorm_tally_dir
+
+
+def pytest_unconfigure(config):
+    d = getattr(config, "_rmsnorm_tally_dir", None)
+    if d:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+        if os.environ.get("RMSNORM_TALLY_DIR") == d:
+            del os.environ["RMSNORM_TALLY_DIR"]
 
 
 def pytest_report_header(config):
+    if not getattr(config, "_rmsnorm_active", False):
+        return []
     try:
         spec = _state.target_spec()
         dev = _state.device()
@@ -71,9 +120,36 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=rank)  # stable: tests keep their order within a file
 
 
+def _law_of_item(item) -> str | None:
+    """The law a test of harness/properties checks (test_backward_matches_reference_tall: backward_matches_reference)."""
+    from .locations import properties_dir
+
+    if Path(str(item.fspath)).resolve().parent != properties_dir().resolve():
+        return None
+    name = item.name.split("[")[0]
+    name = name[len("test_"):] if name.startswith("test_") else name
+    for suffix in ("_large", "_tall"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def pytest_runtest_setup(item):
+    """A law that does not apply to the target here (CUDA-only on the CPU, an optional law not
+    required) is skipped before Hypothesis runs it: its saved cases, replayed as explicit examples,
+    would otherwise each report the skip as a "falsifying explicit example"."""
+    if not getattr(item.config, "_rmsnorm_active", False):
+        return
+    law = _law_of_item(item)
+    from .laws import LAWS
+
+    if law in LAWS:
+        _state._require(law, _state.runner().info)
+
+
 def pytest_sessionstart(session: pytest.Session):
     config = session.config
-    if _is_xdist_worker(config) or config.option.collectonly:
+    if _is_xdist_worker(config) or config.option.collectonly or not getattr(config, "_rmsnorm_active", False):
         return
     spec = _state.target_spec()
     from .target import is_prebuilt
@@ -111,7 +187,7 @@ FUZZ_DRIVER = "RMSNORM_FUZZ_DRIVER"  # set by harness.fuzz, which keeps the tall
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus):
-    if os.environ.get(FUZZ_DRIVER):
+    if os.environ.get(FUZZ_DRIVER) or not getattr(session.config, "_rmsnorm_active", False):
         return
     d = os.environ.get("RMSNORM_TALLY_DIR")
     if d and _state.TALLY.by_law:
@@ -125,6 +201,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if too_few_checked(t) or never_checked(t):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    reasons = ([f"{len(too_few_checked(t))} law(s) checked too few cases"] if too_few_checked(t) else []) + \
+              (["a dtype, weight or layout never checked"] if never_checked(t) else []) + \
+              (["the target rejected every case"] if t.by_law and checked == 0 else [])
+    COVERAGE_VERDICT.clear()
+    COVERAGE_VERDICT.extend(reasons)  # what the command's verdict line says, when no test failed
+
+
+COVERAGE_VERDICT: list[str] = []  # set at the end of a run: why it failed on coverage, if it did
 
 
 def coverage_floor() -> int:
@@ -257,7 +341,7 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if os.environ.get(FUZZ_DRIVER):
+    if os.environ.get(FUZZ_DRIVER) or not getattr(config, "_rmsnorm_active", False):
         return
     if _is_xdist_worker(config):
         return

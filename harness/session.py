@@ -371,6 +371,9 @@ def _is_final() -> bool:
 def check(law: str, case: Case) -> Verdict:
     """Run law on case in the worker; raise AssertionError on failure, crash or hang, after
     saving the case to the corpus (provisionally at once, for good once Hypothesis has shrunk it)."""
+    from . import interrupts
+
+    interrupts.check()  # a Ctrl-C since the last case stops the run here
     r = runner()
     _require(law, r.info)
     c = contract()

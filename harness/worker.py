@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -33,9 +34,10 @@ LOAD_TIMEOUT_S = float(os.environ.get("RMSNORM_LOAD_TIMEOUT", "1800"))
 # the worker at every step, faster than one worker can load.
 SPARE_WORKERS = int(os.environ.get("RMSNORM_SPARE_WORKERS", "1"))
 START_METHODS = ("forkserver", "spawn")
-# Modules a forkserver imports once, so that a worker forked from it starts without importing
-# torch again. None of them touches CUDA on import: each worker initialises CUDA itself.
-_PRELOAD = ["torch", "harness.laws"]
+# What the fork server imports once (torch, the laws), so that a worker forked from it starts
+# without importing torch again; harness._forkserver ignores Ctrl-C first. None of it touches CUDA
+# on import: each worker initialises CUDA itself.
+_PRELOAD = ["harness._forkserver"]
 
 
 def start_method() -> str:
@@ -49,16 +51,34 @@ def start_method() -> str:
     return v if v in mp.get_all_start_methods() else "spawn"
 
 
+def _tell(conn, msg) -> None:
+    """Send to the parent; if it is gone (interrupted, killed), end quietly: nobody is listening."""
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        os._exit(0)
+
+
 def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None = None, crumb=None) -> None:
     """The worker process: load the target, then answer requests until told to stop. crumb:
     shared memory where each call into the target is named while it runs, so that the parent
     can say which call a dying worker was in."""
     import faulthandler
+    import signal
 
+    # Ctrl-C is the parent's to handle (it stops this worker, and records nothing of the case in
+    # progress): a worker that died of it would look like a crash of the target (a terminal's
+    # Ctrl-C reaches the whole process group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if env is not None:  # a forked worker has its server's environment: take the parent's
         os.environ.clear()
         os.environ.update(env)
     faulthandler.enable()  # a crash prints the Python stack of where it happened
+    import warnings
+
+    # Warnings the target or torch raise while they are judged (gradcheck's, a compiler's) would land
+    # in the middle of the run's progress; the verdicts say what matters.
+    warnings.simplefilter("ignore")
     import torch  # noqa: F401  (import before the target, whose module needs it)
 
     from .session import THREADS_ENV
@@ -75,7 +95,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     try:
         t = tgt.load(spec, device, strict)
     except BaseException as e:  # noqa: BLE001
-        conn.send({"status": "load_error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
+        _tell(conn, {"status": "load_error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
         return
     from .contract import Contract, from_module
 
@@ -84,9 +104,9 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         if declared is not None:
             Contract.from_dict(declared, f"declared by {spec}")
     except (TypeError, ValueError) as e:
-        conn.send({"status": "load_error", "message": f"{type(e).__name__}: the target's RMSNORM_CONTRACT: {e}"})
+        _tell(conn, {"status": "load_error", "message": f"{type(e).__name__}: the target's RMSNORM_CONTRACT: {e}"})
         return
-    conn.send({"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
+    _tell(conn, {"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
                "contract": declared,
                "has_ops": t.has_ops, "device": str(t.device),
                "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None})
@@ -127,9 +147,25 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
             # A CUDA error that was not sticky (an empty grid's launch error) leaves the context
             # usable: carry on. Otherwise the parent starts a fresh worker.
             reply["kept"] = t.is_cuda and t.context_usable()
-        conn.send(reply)
+        _tell(conn, reply)
         if reply["status"] == "crash" and not reply["kept"]:
             return
+
+
+def _poll(conn, timeout_s: float) -> bool:
+    """conn.poll(timeout_s) in slices: Python runs a signal's handler (Ctrl-C's KeyboardInterrupt)
+    only when the main thread returns to it, and a signal delivered to another thread (torch's, the
+    progress line's) does not wake a select() that waits for the whole timeout."""
+    from . import interrupts
+
+    end = time.monotonic() + timeout_s
+    while True:
+        interrupts.check()
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return False
+        if conn.poll(min(remaining, 0.2)):
+            return True
 
 
 class HarnessError(RuntimeError):
@@ -173,6 +209,10 @@ class Runner:
         crumb = ctx.Array("c", 512, lock=False)
         old = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)  # a spawned worker starts with this environment
+        # Ctrl-C is blocked while the worker (and, the first time, the fork server, which imports
+        # torch before it ignores Ctrl-C itself) is started: the new process inherits the block and
+        # never dies of it, and a Ctrl-C meanwhile waits here until the block is lifted.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             proc = ctx.Process(target=_child, args=(child, self.spec, self.device, self.strict, dict(os.environ),
                                                     crumb), daemon=True)
@@ -183,6 +223,7 @@ class Runner:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         return proc, parent, crumb
 
@@ -196,7 +237,12 @@ class Runner:
         if self.restarts:
             while len(self._spares) < SPARE_WORKERS:
                 self._spares.append(self._spawn())
-        if not parent.poll(LOAD_TIMEOUT_S):
+        try:
+            loaded = _poll(parent, LOAD_TIMEOUT_S)
+        except BaseException:  # Ctrl-C while the target loads: the worker goes too
+            self.stop()
+            raise
+        if not loaded:
             self.stop()
             raise HarnessError(f"target {self.spec!r} did not load within {LOAD_TIMEOUT_S:.0f} s")
         try:
@@ -222,7 +268,8 @@ class Runner:
             except (OSError, BrokenPipeError):
                 pass
         if self._proc is not None:
-            self._proc.join(timeout=5)
+            # An idle worker ends at once; one still in a case (the run was interrupted) is killed.
+            self._proc.join(timeout=1)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join()
@@ -270,7 +317,7 @@ class Runner:
         t0 = time.perf_counter()
         try:
             self._conn.send((law, case.to_dict(), kw))
-            ready = self._conn.poll(limit)
+            ready = _poll(self._conn, limit)
             if not ready:
                 if cut:
                     self._kill()

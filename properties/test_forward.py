@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 
 from harness.session import check
-from properties.strategies import replay_corpus, strategy_for
+from .strategies import replay_corpus, strategy_for
 
 
 @replay_corpus("forward_matches_reference")

@@ -8,7 +8,8 @@ from tests._run import pytest_run, run
 
 def test_the_suite_catches_the_card_kernel(tmp_path):
     code, out = pytest_run("properties/test_forward.py", "properties/test_laws.py::test_strided_equals_contiguous",
-                           "--target", "examples/card_naive", "--corpus", str(tmp_path), "--hypothesis-profile=ci")
+                           "--rmsnorm-target", "examples/card_naive", "--rmsnorm-corpus", str(tmp_path),
+                           "--hypothesis-profile=ci")
     assert code == 1, out
     assert "rejected" in out, out  # float16, bfloat16 and float64 are refused by data_ptr<float>()
     saved = sorted(tmp_path.rglob("*.json"))  # in the target's folder of the corpus

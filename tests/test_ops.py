@@ -1,9 +1,9 @@
-"""harness.ops: RMSNorm is a drop-in for torch.nn.RMSNorm; rms_norm is differentiable."""
+"""rmsnorm: RMSNorm is a drop-in for torch.nn.RMSNorm; rms_norm is differentiable."""
 
 import pytest
 import torch
 
-from harness.ops import RMSNorm, rms_norm
+from rmsnorm import RMSNorm, rms_norm
 
 
 @pytest.mark.parametrize("shape,normalized,eps,affine,dtype", [

@@ -1,4 +1,6 @@
-"""The README's promises: its Python snippets run as written, and CI runs its test command."""
+"""The README's promises: its snippets run as written, CI runs its test command, and the figures it
+quotes are in the committed outputs it names (tests/test_install.py runs the snippets from an
+installed copy too)."""
 
 import re
 
@@ -20,9 +22,27 @@ def test_ci_runs_the_readme_test_command():
 
 def test_the_usage_snippet_runs():
     code, out = run(["-c", _python_blocks()[0]], timeout=900)
-    assert code == 0, out
+    assert code == 0 and "rmsnorm: ok" in out, out
 
 
 def test_the_card_snippet_runs_against_this_extension():
     code, out = run(["-c", _python_blocks()[1]], timeout=1800)
     assert code == 0 and "card snippet: ok" in out, out
+
+
+def test_the_speed_tables_are_rows_of_the_committed_bench():
+    bench = (ROOT / "benchmarks" / "bench-h200.md").read_text()
+    speed = README.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in speed.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) >= 10, speed
+    for row in rows:
+        assert row in bench, f"README row not in benchmarks/bench-h200.md: {row}"
+
+
+def test_the_first_hour_figures_are_the_measured_ones():
+    measured = (ROOT / "benchmarks" / "first-hour-cpu.txt").read_text()
+    times = dict(re.findall(r"^(gate|tests): ([0-9]+ min [0-9]+ s|[0-9]+ s), exit 0:", measured, re.M))
+    assert set(times) == {"gate", "tests"}, measured
+    first_screen = README.split("## What is here", 1)[0]
+    assert f"first line took {times['gate']}" in first_screen and f"second {times['tests']}" in first_screen, \
+        (times, first_screen)

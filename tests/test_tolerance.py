@@ -131,3 +131,20 @@ def test_grad_x_is_not_judged_where_inv_rms_cubed_overflows():
         wrong[2, 1] += 1.0  # the ordinary row is still judged
         msgs, _ = judge.judge_backward(wrong, gw, dy, x.detach(), w.detach(), eps, inv)
         assert any(m for m in msgs), msgs
+
+
+def test_a_statistic_off_by_skipped_elements_is_not_called_a_precision_problem():
+    # mutant:cpu_tail_skipped (the last N % 8 elements left out of the sum of squares) shrank to
+    # shape=[36] float32 seed=0 and was diagnosed "the float32 input appears to be computed at
+    # bfloat16 precision": every y of the row is off by the same factor, which no rounding does.
+    from harness import judge
+    from harness.cases import Case, materialize
+
+    t = materialize(Case(shape=(36,), dtype="float32", weight_dtype="float32", seed=0), "cpu")
+    x, w = t.x, t.weight
+    inv = torch.rsqrt(x[:32].double().pow(2).sum() / 36 + 1e-6)  # the tail's squares skipped
+    y = (x.double() * inv * w.double()).float()
+    [msg, *_] = [m for m in judge.judge_forward(y, None, x, w, 1e-6) if m]
+    text = str(msg)
+    assert "each wrong row is the reference times one factor of its own" in text, text
+    assert "precision" not in text, text

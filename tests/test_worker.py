@@ -61,15 +61,15 @@ def test_a_hang_is_reported_and_the_run_goes_on():
 
 
 def test_a_target_that_rejects_everything_fails_the_run(tmp_path):
-    code, out = pytest_run("properties/test_forward.py", "--target", "module:tests.targets.reject_all",
-                           "--corpus", str(tmp_path))
+    code, out = pytest_run("properties/test_forward.py", "--rmsnorm-target", "module:tests.targets.reject_all",
+                           "--rmsnorm-corpus", str(tmp_path))
     assert code != 0, out
     assert "rejected every case" in out and "explained by dtype float32 (every such case refused)" in out, out
 
 
 def test_a_wrong_answer_is_shrunk_saved_and_replayed(tmp_path):
-    code, out = pytest_run("properties/test_forward.py", "--target", "module:tests.targets.wrong_tail",
-                           "--corpus", str(tmp_path), "--hypothesis-profile=ci")
+    code, out = pytest_run("properties/test_forward.py", "--rmsnorm-target", "module:tests.targets.wrong_tail",
+                           "--rmsnorm-corpus", str(tmp_path), "--hypothesis-profile=ci")
     assert code == 1, out
     saved = sorted(tmp_path.glob("module-tests.targets.wrong_tail/forward_matches_reference-*.json"))
     assert len(saved) == 1, (saved, out)
@@ -84,7 +84,8 @@ def test_a_wrong_answer_is_shrunk_saved_and_replayed(tmp_path):
 
 def test_the_suite_never_alarms_on_correct_peers(tmp_path):
     for target in ("module:tests.targets.correct_torch", "module:tests.targets.torch_native"):
-        code, out = pytest_run("properties", "--target", target, "--corpus", str(tmp_path), "--hypothesis-profile=ci")
+        code, out = pytest_run("properties", "--rmsnorm-target", target, "--rmsnorm-corpus", str(tmp_path),
+                               "--hypothesis-profile=ci")
         assert code == 0, out
         assert not list(tmp_path.rglob("*.json")), out
 

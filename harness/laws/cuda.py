@@ -4,7 +4,6 @@ stream, CUDA graphs."""
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from pathlib import Path
 
 import torch
@@ -27,7 +26,7 @@ def _gpu_memory_turn(dev: torch.device):
     index = torch.cuda.current_device() if dev.index is None else dev.index
     with contextlib.ExitStack() as stack:
         try:  # waiting stays well inside the worker's hang limit
-            stack.enter_context(build.file_lock(Path(tempfile.gettempdir()) / f"rmsnorm-gpu{index}.lock",
+            stack.enter_context(build.file_lock(build.work_root() / "locks" / f"gpu{index}-big-cases.lock",
                                                 wait_s=_TURN_WAIT_S))
         except TimeoutError:
             raise NotApplicable(f"another process held this GPU's turn for big cases over "

@@ -1,0 +1,67 @@
+"""A new user's first hour, timed: clone this repository fresh, then run the two command lines at
+the top of its README (install and run the gate; install and run the tests), as written, from
+the clone's root, and write how long each took and how it ended.
+
+    python3 benchmarks/first_hour.py --out benchmarks/first-hour-cpu.txt
+
+The clone (of the committed HEAD) lives in a temporary folder that is removed afterwards; the
+README quotes the times from the output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands(readme: str) -> list[str]:
+    block = re.findall(r"```bash\n(.*?)```", readme, re.S)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    lines = [f"commit {commit}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"Python {sys.version.split()[0]}, a fresh clone; the README's command lines as written"]
+    where = Path(tempfile.mkdtemp(prefix="first-hour-"))
+    try:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(where / "clone")], check=True)
+        clone = where / "clone"
+        for name, cmd in zip(("gate", "tests"), readme_commands((clone / "README.md").read_text())):
+            t0 = time.monotonic()
+            r = subprocess.run(["bash", "-c", cmd], cwd=clone, capture_output=True, text=True)
+            dt = time.monotonic() - t0
+            out = (r.stdout + r.stderr).strip().splitlines()
+            last = next((l for l in reversed(out) if l.strip() and not l.startswith(("W1", "WARNING"))), "")
+            lines.append(f"{name}: {minutes(dt)}, exit {r.returncode}: {cmd}")
+            lines.append(f"  last line: {last.strip()[:300]}")
+            (where / f"{name}.log").write_text("\n".join(out))
+            if r.returncode != 0:
+                print("\n".join(out[-40:]), file=sys.stderr)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Where things are, in a clone of the repository and in an installed copy (``pip install``).
+
+In a clone every path is under its root: the extension's sources (kernels/, binding/,
+sources.txt), the laws (properties/), builds (.build/), the corpus (corpus/). An installed copy
+carries the sources inside the ``rmsnorm`` package (rmsnorm/_sources, put there by setup.py) and
+the laws inside ``harness`` (harness/properties); it builds in the user's cache folder and keeps
+the corpus in the folder it is run from, the kernel author's repository.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the clone's root, or site-packages when installed
+IN_CLONE = (ROOT / "sources.txt").is_file() and (ROOT / "properties" / "__init__.py").is_file()
+HARNESS = Path(__file__).resolve().parent
+
+BUILD_ROOT_ENV = "RMSNORM_BUILD_ROOT"
+CORPUS_ENV = "RMSNORM_CORPUS"
+
+
+def source_root() -> Path:
+    """The folder holding sources.txt, kernels/ and binding/."""
+    if IN_CLONE:
+        return ROOT
+    import importlib.util
+
+    spec = importlib.util.find_spec("rmsnorm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the rmsnorm package is not installed beside harness: reinstall rmsnorm-gate")
+    root = Path(list(spec.submodule_search_locations)[0]) / "_sources"
+    if not (root / "sources.txt").is_file():
+        raise RuntimeError(f"{root} holds no sources.txt: the rmsnorm package was installed without its sources "
+                           "(build it with setup.py's build_py, as pip install does)")
+    return root
+
+
+def properties_dir() -> Path:
+    """The laws' tests (properties/ in a clone, harness/properties when installed)."""
+    return ROOT / "properties" if IN_CLONE else HARNESS / "properties"
+
+
+def work_root() -> Path:
+    """Builds, mutants, logs: $RMSNORM_BUILD_ROOT, else .build/ in a clone, else the user's cache folder."""
+    env = os.environ.get(BUILD_ROOT_ENV)
+    if env:
+        return Path(env)
+    if IN_CLONE:
+        return ROOT / ".build"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "rmsnorm-gate"
+
+
+def corpus_root() -> Path:
+    """Saved failing cases: $RMSNORM_CORPUS, else corpus/ of the clone, else ./corpus where it runs."""
+    env = os.environ.get(CORPUS_ENV)
+    if env:
+        return Path(env)
+    return ROOT / "corpus" if IN_CLONE else Path.cwd() / "corpus"
+
+
+def regressions_dir() -> Path:
+    """Cases this project keeps on purpose (regressions/, shipped as harness/regressions)."""
+    return ROOT / "regressions" if IN_CLONE else HARNESS / "regressions"
+
+
+PYTEST_INI = """[pytest]
+addopts = -p no:cacheprovider
+filterwarnings =
+    ignore::UserWarning:torch.utils.cpp_extension
+"""
+
+
+def pytest_args() -> list[str]:
+    """What every pytest run of the laws that the harness starts is given: the laws' folder as the
+    root, and an ini of its own (an installed copy has no pyproject.toml; a kernel author's own
+    pytest configuration must not change how the gate runs)."""
+    ini = work_root() / "pytest-laws.ini"
+    if not ini.is_file() or ini.read_text() != PYTEST_INI:
+        ini.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ini.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(PYTEST_INI)
+        os.replace(tmp, ini)
+    # The plugin (options, profiles), unless pip's entry point registers it already: the ini of its
+    # own keeps the repository's conftest.py, which would register it, out of these runs.
+    plugin = [] if plugin_installed() else ["-p", "harness.pytest_plugin"]
+    return [f"--rootdir={properties_dir().parent}", "-c", str(ini), "-p", "no:cacheprovider", *plugin]
+
+
+def plugin_installed() -> bool:
+    """Whether pip registered the pytest plugin (entry point pytest11), so every pytest run loads it."""
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "harness.pytest_plugin" for ep in entry_points(group="pytest11"))

@@ -1,0 +1,90 @@
+"""Installed the way Python tools are: `pip install <clone>` into a fresh virtual environment, then,
+from a folder outside the clone, the console command judges an example extension, the README's
+snippets run as script files, and a kernel repository of its own runs the laws through its own
+pytest with the plugin. The environment sees the system's packages (torch is several GB); the
+wheel is built from the clone as pip builds it."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests._run import ROOT
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("install")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    outside = base / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RMSNORM_", "PYTEST_", "PYTHONPATH"))}
+    env.update(XDG_CACHE_HOME=str(base / "cache"), TORCH_EXTENSIONS_DIR=str(base / "torch_extensions"),
+               RMSNORM_BUILD="cpu", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    return venv, outside, env
+
+
+def _run(cmd, cwd, env, timeout=1800):
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_the_console_command_judges_an_extension_from_outside_the_clone(installed):
+    venv, outside, env = installed
+    code, out = _run([str(venv / "bin" / "rmsnorm-gate"), "gate", "--target", str(ROOT / "examples" / "float32_only"),
+                      "--dtypes", "float32"], outside, env)
+    assert code == 0, out[-4000:]
+    assert out.strip().splitlines()[-1].startswith("rmsnorm gate PASSED"), out[-2000:]
+    assert "contract (command line): dtypes float32" in out, out[-2000:]
+
+
+def test_the_readme_snippets_run_as_script_files(installed):
+    venv, outside, env = installed
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 2, "the README's usage and card snippets"
+    for i, block in enumerate(blocks):
+        script = outside / f"snippet_{i}.py"
+        script.write_text(block)
+        code, out = _run([str(venv / "bin" / "python"), str(script)], outside, env)
+        assert code == 0, f"README snippet {i}:\n{block}\n{out[-4000:]}"
+    assert "card snippet: ok" in out
+
+
+def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, tmp_path):
+    venv, _, env = installed
+    repo = tmp_path / "my-kernels"
+    shutil.copytree(ROOT / "examples" / "float32_only", repo / "csrc")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_mine.py").write_text("def test_my_own():\n    assert 1 + 1 == 2\n")
+    (repo / "wrong_tail.py").write_text(textwrap.dedent('''
+        """An RMSNorm whose last column is zero when N % 8 == 7."""
+        import torch
+
+        def forward(x, weight, eps):
+            inv = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + eps)
+            y = (x.double() * inv * weight.double()).to(x.dtype)
+            if x.shape[-1] % 8 == 7:
+                y[..., -1] = 0
+            return y
+        '''))
+    env = dict(env, RMSNORM_CONTRACT='{"dtypes": ["float32"]}')
+    pytest_cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider"]
+    code, out = _run(pytest_cmd + ["-v", "--rmsnorm-target=csrc", "--rmsnorm-device=cpu"], repo, env)
+    assert code == 0, out[-4000:]
+    assert "tests/test_mine.py::test_my_own PASSED" in out, out[-4000:]  # its own tests, and the laws
+    assert "test_forward_matches_reference PASSED" in out and "rmsnorm gate" in out, out[-4000:]
+    code, out = _run(pytest_cmd + ["-q", "--rmsnorm-target=module:wrong_tail", "--rmsnorm-device=cpu", "-k",
+                                   "forward_matches_reference and not large and not tall"],
+                     repo, dict(env, PYTHONPATH=str(repo)))
+    assert code == 1, out[-4000:]
+    assert "forward_matches_reference" in out and "replay:" in out, out[-3000:]
+    assert list((repo / "corpus").rglob("*.json")), "the failing case is saved in the repository's corpus"

@@ -1,0 +1,81 @@
+"""Ctrl-C ends a run within a few seconds, whatever it is doing: exit 130, "interrupted", the report
+of what ran, and nothing recorded that was not found (a worker that died of the interrupt used to
+be saved as a crash of the target, and some runs ignored the interrupt and ran to their end).
+Twenty runs, each interrupted as a terminal's Ctrl-C would (SIGINT to the whole process group),
+during every law of the suite and in the gate."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests._run import ROOT
+
+# Each fuzz run is held to one test of the suite (the laws that run on the CPU lane), so the
+# interrupt lands inside it; the delays vary where in the law it lands.
+TESTS = ("forward_matches_reference", "backward_matches_reference", "gradcheck", "autograd_grad_out",
+         "scale_invariance", "rows_independent", "strided_equals_contiguous", "deterministic", "batch_invariant",
+         "inputs_unchanged", "every_output_written", "nonfinite_propagates", "bad_inputs_raise_cleanly", "opcheck",
+         "compile_equals_eager", "forward_matches_reference_large", "backward_matches_reference_tall")
+SETTLE_S = 10.0  # how long a run may take to end once interrupted
+
+
+def _start(args, tmp_path, name):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RMSNORM_", "PYTEST_XDIST"))}
+    env["RMSNORM_CORPUS"] = str(tmp_path / name / "corpus")
+    env["RMSNORM_PROGRESS_S"] = "1"  # a progress line a second: the test sees which law is running
+    env["RMSNORM_TRACEBACK"] = "1"  # a fault of the harness shows where it is
+    log = open(tmp_path / f"{name}.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    return p, log
+
+
+def _interrupt(p, log, tmp_path, name, after_s, law):
+    """SIGINT to the run's process group after_s seconds after law started (fuzz: its progress line
+    says so; the gate: after_s seconds after it started)."""
+    path = tmp_path / f"{name}.log"
+    deadline = time.monotonic() + 300
+    running = re.compile(rf"now: {law}$", re.M)
+    while law and not running.search(path.read_text()) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    time.sleep(after_s)
+    assert p.poll() is None, f"{name} ended before it was interrupted:\n{path.read_text()[-2000:]}"
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        code = p.wait(timeout=SETTLE_S + 20)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        log.close()
+    return code, time.monotonic() - t0, (tmp_path / f"{name}.log").read_text()
+
+
+RUNS = [("fuzz", TESTS[i % len(TESTS)], 0.3 * (i * 7 % 5)) for i in range(18)] + [("gate", "", 8.0), ("gate", "", 20.0)]
+
+
+@pytest.mark.parametrize("pair", range(0, len(RUNS), 2), ids=lambda i: "-".join(
+    f"{kind}{':' + law if law else ''}@{after:g}s" for kind, law, after in RUNS[i:i + 2]))
+def test_an_interrupt_ends_the_run_with_its_report_and_records_nothing_false(pair, tmp_path):
+    started = []
+    for k, (kind, law, after) in enumerate(RUNS[pair:pair + 2]):  # two at a time: the CI machine has 2 cores
+        name = f"{kind}-{law or 'all'}-{k}"
+        args = (["fuzz", "--minutes", "5", "--device", "cpu", "--workers", "1", "--laws", law] if kind == "fuzz"
+                else ["gate", "--device", "cpu", "-n", "0"])
+        started.append((name, kind, after, *_start(args, tmp_path, name)))
+    for name, kind, after, p, log in started:
+        law = next(law for k, law, a in RUNS[pair:pair + 2] if name.startswith(f"{k}-{law or 'all'}-"))
+        code, settle, out = _interrupt(p, log, tmp_path, name, after, law)
+        where = f"{name}, interrupted after {after:g} s:\n{out[-3000:]}"
+        assert code == 130, where
+        assert settle < SETTLE_S, f"{settle:.1f} s to end; {where}"
+        assert "interrupted" in out.lower(), where
+        assert ("fuzz report:" in out) if kind == "fuzz" else ("rmsnorm gate INTERRUPTED" in out), where
+        assert "the worker process died" not in out and "Traceback" not in out, where
+        saved = list((tmp_path / name / "corpus").rglob("*.json"))
+        assert not saved, f"cases saved for a correct target: {saved}; {where}"
