@@ -69,6 +69,7 @@ PYTEST_INI = """[pytest]
 addopts = -p no:cacheprovider
 filterwarnings =
     ignore::UserWarning:torch.utils.cpp_extension
+    ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning
 """
 
 

@@ -27,6 +27,8 @@ def pytest_addoption(parser):
                 help="folder of saved failing cases (env RMSNORM_CORPUS; default: corpus/)")
     g.addoption("--rmsnorm-lenient", action="store_true",
                 help="allow the target to reject in-contract inputs (default for targets other than 'project')")
+    g.addoption("--rmsnorm-report", default=None,
+                help="write what the run checked as JSON here: per law, per category, failures, accuracy, laws not run")
 
 
 def _is_xdist_worker(config) -> bool:
@@ -50,7 +52,8 @@ def _laws_in(args) -> bool:
 def pytest_load_initial_conftests(early_config, parser, args):
     """In a repository of its own, `pytest --rmsnorm-target=...` runs the laws on that target too,
     beside the tests it would have run (the current folder when no path is given)."""
-    paths = [a for a in args if not a.startswith("-")]
+    # The paths pytest parsed (an option's value, "-p no:cacheprovider" say, is not a path).
+    paths = list(getattr(early_config.known_args_namespace, "file_or_dir", None) or [])
     if any(a.startswith("--rmsnorm-target") for a in args) and not _laws_in(paths):
         from .locations import properties_dir
 
@@ -355,3 +358,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(line)
     if getattr(config, "_rmsnorm_nothing_checked", False):
         terminalreporter.write_line("FAIL: the target rejected every case; nothing was checked", red=True)
+    if config.getoption("--rmsnorm-report"):
+        import json
+
+        try:
+            c = _state.contract()
+            contract = {"declared": c.declared, "source": c.source, "dtypes": list(c.dtypes),
+                        "weight_dtypes": list(c.weight_dtypes), "layouts": list(c.layouts), "max_n": c.max_n,
+                        "n_multiple_of": c.n_multiple_of, "zero_rows": c.zero_rows}
+        except Exception as e:  # noqa: BLE001  (a target that no longer loads: the report still lands)
+            contract = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+        doc = {"target": _state.target_spec(), "device": _state.device(), "lane": _state.lane(), "contract": contract,
+               "exitstatus": int(exitstatus), "coverage": list(COVERAGE_VERDICT),
+               "not_run": [{"test": name, "why": why} for name, why in skipped], "tally": t.to_json()}
+        path = Path(config.getoption("--rmsnorm-report"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1, default=str))

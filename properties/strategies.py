@@ -56,7 +56,7 @@ def _sizes(max_n: int, multiple: int) -> st.SearchStrategy[int]:
 def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_rank: int = 4,
            many_rows: bool = True, max_n: int = 1 << 17, tall: bool = False,
            rare: bool | None = None, zero: bool | None = None, bulk: bool = False,
-           n_multiple: int = 1) -> tuple[int, ...]:
+           n_multiple: int = 1, tail: int | None = None) -> tuple[int, ...]:
     """Shapes [..., N] of rank 1 to max_rank with at least min_rows rows; zero rows, single
     rows and (rarely) more than 65,535 rows included; at most max_elements elements (N is cut
     to fit). Shrinks towards (1, 1). tall=True: always 65,535 to about 2^21 rows of N <= 16
@@ -64,15 +64,22 @@ def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_r
     1-in-25 draw of its own); zero: whether a leading dim is 0 (default: a 1-in-20 draw); bulk:
     1,024 to 4,096 rows of N up to max_elements / rows; bulk="long": 160 to 600 rows of 8K to 64K
     elements (max_elements permitting). n_multiple: every N a multiple of it (a
-    declared contract's n_multiple_of); then it shrinks towards (1, n_multiple)."""
+    declared contract's n_multiple_of); then it shrinks towards (1, n_multiple). tail: N % 16
+    (where no multiple is asked for), the drawn N moved into its block of 16."""
     m = n_multiple
+
+    def with_tail(n: int) -> int:
+        if tail is None or m != 1 or n - n % 16 + tail > max_n:
+            return n
+        return max(1, n - n % 16 + tail)
+
     if bulk == "long":  # hundreds of rows of 8K to 64K: a persistent kernel's units loop over long rows
         rows = draw(st.integers(160, 600))
-        n = min(max_n, max_elements // rows, 8192 + draw(_sizes(1 << 16, m)))
+        n = min(max_n, max_elements // rows, with_tail(8192 + draw(_sizes(1 << 16, m))))
         return (rows, max(m, n // m * m))
     if bulk:  # thousands of rows of up to max_elements / rows: a persistent kernel's units loop
         rows = draw(st.integers(1024, 4096))
-        return (rows, draw(_sizes(max(m, min(max_n, max_elements // rows)), m)))
+        return (rows, min(max_elements // rows, with_tail(draw(_sizes(max(m, min(max_n, max_elements // rows)), m)))))
     if tall:
         rows = draw(st.one_of(st.sampled_from(TALL_ROWS), st.integers(MANY_ROWS, (1 << 21) + 4096)))
         if m == 1:
@@ -80,7 +87,7 @@ def shapes(draw, *, max_elements: int = SMALL_ELEMENTS, min_rows: int = 0, max_r
         else:
             n = m * draw(st.integers(1, max(1, 16 // m)))
         return (rows, n) if draw(st.booleans()) or rows % 2 else (2, rows // 2, n)
-    n = draw(_sizes(max_n, m))
+    n = with_tail(draw(_sizes(max_n, m)))
     ranks = [r for r in (2, 1, 3, 4) if r <= max_rank and (r >= 2 or min_rows <= 1)]
     rank = draw(st.sampled_from(ranks))
     if rank == 1:
@@ -136,7 +143,8 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     shape_kw = dict(shape_kw)
     bulk_kind = shape_kw.pop("bulk", False)
     bulk = {1: bool(bulk_kind), 2: "long" if bulk_kind == "long" else False}.get(seed % 3, False)
-    shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk))
+    shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk,
+                        tail=_tail(seed)))
     dtype = draw(st.sampled_from(dtypes))
     wdt = draw(st.sampled_from(tuple(w for w in ("same", "float32") if w in c.weight_dtypes)))
     okl = [l for l in layouts if layout_possible(l, shape)]
@@ -192,6 +200,20 @@ def _reused_signature(case: Case, pick: int, dtypes, layouts, grad_layouts, eps,
     shape, dtype, wdt, layout, grad_layout, e = fits[pick % len(fits)]
     return dataclasses.replace(case, shape=shape, dtype=dtype, weight_dtype=wdt, eps=e, layout=layout,
                                grad_layout=grad_layout)
+
+
+# N % 16: a vector of 2, 4, 8 or 16 elements short by one, or one element past a vector of 8 or 16
+ODD_TAILS = (7, 15, 1, 9)
+
+
+def _tail(seed: int) -> int | None:
+    """By the seed, 1 case in 2: an odd N % 16 (N % 8 == 7 in half of them). The N drawn has
+    such tails 1 time in 5 or so, but Hypothesis repeats and copies choices between the cases of
+    a run (40 cases held about 16 row lengths) and 40 derandomized cases had come out with no
+    N % 8 == 7 at all: a tail bug at 16-bit vectors unseen by the gate. Hashed, because the
+    seeds Hypothesis draws are often small numbers; seed 0 keeps the N drawn."""
+    h = (seed * 2654435761) % (1 << 32)
+    return ODD_TAILS[(h >> 16) % len(ODD_TAILS)] if h % 2 == 1 else None
 
 
 def _weight_pattern(weight_patterns, seed: int) -> str:
