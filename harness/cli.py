@@ -195,6 +195,8 @@ def cmd_gate(args) -> int:
                    *laws_pytest_args()]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
+    if args.report_json:
+        pytest_args.append(f"--rmsnorm-report={Path(args.report_json).resolve()}")
     if any(a.startswith("-v") or a == "--verbose" for a in args.pytest_args):
         pytest_args.remove("-q")  # -v asks for the tracebacks the quiet reports leave out
     pytest_args += args.pytest_args
@@ -373,8 +375,10 @@ def cmd_sheet(args) -> int:
             return EXIT_SETUP
     default = "project,peer:hf,peer:native" + (",peer:liger" if device == "cuda" else "")
     targets = _csv(args.target or default, "--target")
-    return sheet.main(targets, device, with_gate=not args.no_gate, gate_profile=args.gate_profile, budget=args.budget,
-                      out_dir=Path(args.out), commit=commit())
+    if args.side_by_side is not None and args.side_by_side < 1:
+        raise ValueError(f"--side-by-side: expected at least 1 gate at a time, but got {args.side_by_side}")
+    return sheet.main(targets, device, gate_profile=args.gate_profile, budget=args.budget, out_dir=Path(args.out),
+                      commit=commit(), side_by_side=args.side_by_side)
 
 
 def cmd_profile(args) -> int:
@@ -397,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     _target_args(g)
     g.add_argument("--profile", default="gate", choices=("gate", "ci", "dev", "fuzz"))
     g.add_argument("--junit", default=str(work_root() / "gate-junit.xml"), help="where to write JUnit XML")
+    g.add_argument("--report-json", default=None,
+                   help="also write what the run checked as JSON (per law, per category, failures, accuracy)")
     g.add_argument("-n", "--workers", type=int, default=None,
                    help="pytest-xdist workers, spread over the GPUs (default: several a GPU as the cores allow, at "
                         "most 4; on the CPU one per 4 cores; 0 or 1: none)")
@@ -467,12 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     be.set_defaults(fn=cmd_bench)
 
     sh = sub.add_parser("sheet", help="a property sheet: one column a target, one row a property (bitwise "
-                                      "determinism and batch invariance, what it accepts, accuracy, the gate)")
+                                      "determinism and batch invariance, what it accepts, accuracy, the gate), "
+                                      "each column read from one gate run on its target")
     sh.add_argument("--target", default=None,
                     help="comma-separated targets (default: project, peer:hf, peer:native, and peer:liger on CUDA); "
                          "peer:hf is always added as eager PyTorch")
     sh.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    sh.add_argument("--no-gate", action="store_true", help="leave out the gate's verdict (the slowest row)")
+    sh.add_argument("--side-by-side", type=int, default=None,
+                    help="gates running at once (default: as many as the gate would run processes, at least 2)")
     sh.add_argument("--gate-profile", default="dev", choices=("dev", "ci", "gate"))
     sh.add_argument("--budget", type=float, default=600.0, help="wall-time budget of each gate run, seconds")
     sh.add_argument("--out", default=str(work_root() / "sheet"), help="folder for sheet.md, sheet.json, sheet.png")

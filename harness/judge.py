@@ -350,8 +350,27 @@ def expect_forward(x, weight, eps, *, eager: bool = True) -> Forward:
     return Forward(y_ref, inv_ref, bound_y, bound_inv, stats, rows_ok, ~stats.finite, analysis_y)
 
 
-def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | None = None) -> list[Mismatch]:
-    """y (and inv_rms, when not None) against the float64 reference."""
+def worst_units(out, ref, check, dtype, scale=None) -> float | None:
+    """The largest |out - ref| over the elements compared (check), in units of the dtype's
+    rounding (2^-24 float32, 2^-11 float16, 2^-8 bfloat16, 2^-53 float64) of each row's scale
+    (default: the row's largest |ref|): how accurate a target is, the measure the property sheet
+    shows. None when no element is compared."""
+    o = out.detach().to(torch.float64).reshape(ref.shape)
+    r = ref.to(o.device)
+    ok = check.to(o.device) & torch.isfinite(r) & torch.isfinite(o)
+    if ref.numel() == 0 or not bool(ok.any()):
+        return None
+    if scale is None:
+        scale = torch.where(ok, r.abs(), 0.0).amax(-1, keepdim=True)
+    scale = torch.nan_to_num(scale.to(o.device), nan=0.0, posinf=0.0)
+    err = torch.where(ok & (scale > 0), (o - r).abs() / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+    return float(err.max()) / tol.unit_roundoff(dtype)
+
+
+def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | None = None,
+                  measure: dict | None = None) -> list[Mismatch]:
+    """y (and inv_rms, when not None) against the float64 reference. measure: a dict that gets
+    y's worst_units when y passes."""
     exp = exp or expect_forward(x, weight, eps)
     nonfinite = row_mask(exp.nonfinite, x.shape)
     alts = []
@@ -373,6 +392,8 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
             msgs.append(Mismatch(f"{label}inv_rms", [
                 f"{label}inv_rms: {int(wrong.sum())} row(s) holding inf or NaN saved {float(got.reshape(-1)[k]):.9g}; "
                 "expected 0 or NaN (a row with inf or NaN has no finite statistic)"]))
+    if measure is not None and not msgs[0]:
+        measure["y"] = worst_units(y, exp.y_ref, row_mask(exp.rows_ok, x.shape), x.dtype)
     return msgs
 
 
@@ -420,10 +441,11 @@ def expect_backward(grad_out, x, weight, eps, inv=None, gw_dtype=None) -> Backwa
     return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok, weight_rows_ok, analysis_x, analysis_w)
 
 
-def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True
-                   ) -> tuple[list[Mismatch], int]:
+def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True,
+                   measure: dict | None = None) -> tuple[list[Mismatch], int]:
     """grad_x and grad_weight against the float64 reference, given the inv_rms handed to the
-    target's backward. Returns (mismatches, rows not compared)."""
+    target's backward. Returns (mismatches, rows not compared). measure: a dict that gets
+    grad_x's worst_units when grad_x passes."""
     exp = expect_backward(grad_out, x, weight, eps, inv, gw.dtype)
     nonfinite = row_mask(~exp.stats.finite, x.shape)
     alts = []
@@ -441,6 +463,13 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
         msgs.append(compare(f"{label}grad_weight", gw, exp.gw_ref, exp.bound_w, strict_nonfinite=False,
                             index_names=("col",), nan_ok=torch.full_like(exp.gw_ref, any_nonfinite, dtype=torch.bool),
                             input_dtype=x.dtype, analysis=exp.analysis_w))
+    if measure is not None and not msgs[0]:
+        # Against grad_x's leading term, |grad_out * weight| * inv_rms, not against grad_x: where the
+        # terms cancel (a row of one element, grad_out like y) what is left is no measure of rounding.
+        lead = (grad_out.detach().to(torch.float64) * weight.detach().to(torch.float64)).abs()
+        lead = lead * inv.detach().to(torch.float64).reshape(tuple(x.shape[:-1]) + (1,)).abs()
+        measure["grad_x"] = worst_units(gx, exp.gx_ref, row_mask(exp.rows_ok, x.shape), x.dtype,
+                                        scale=lead.amax(-1, keepdim=True))
     return msgs, exp.unverified_rows
 
 

@@ -50,6 +50,10 @@ class Tally:
         # seconds of the others (a sample): how much of the run went to compiling.
         self.first_calls: list[tuple[int, float]] = []
         self.later_calls: list[float] = []
+        # dtype -> output (y, grad_x) -> each passing case's worst error against float64, in units of
+        # the dtype's rounding of the row's largest value (judge.worst_units), over cases of ordinary
+        # values (ACCURACY_PATTERNS): the target's accuracy.
+        self.errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
     def add_calls(self, calls) -> None:
         for n, first, secs in calls or ():
@@ -65,6 +69,10 @@ class Tally:
         self.unverified_rows += int(v.facts.get("unverified_rows", 0)) if v.facts else 0
         if law in _OWN_DTYPE_LAWS:
             return  # it ran in another dtype than the case's: its refusals say nothing about the case's categories
+        ordinary = case.pattern in ACCURACY_PATTERNS and case.grad_pattern == "normal"
+        for out, units in ((v.facts or {}).get("err") or {}).items() if ordinary else ():
+            if len(self.errors[case.dtype][out]) < 4096:
+                self.errors[case.dtype][out].append(float(units))
         if v.status == "rejected":
             self.refusals.append((cause_of(v.message), case.categories(), case.n))
         else:
@@ -91,6 +99,7 @@ class Tally:
             "cut_short": dict(self.cut_short),
             "first_calls": self.first_calls,
             "later_calls": self.later_calls,
+            "errors": {d: dict(outs) for d, outs in self.errors.items()},
         }
 
     def merge(self, d: dict) -> None:
@@ -110,6 +119,9 @@ class Tally:
         self.cut_short.update(d.get("cut_short", {}))
         self.first_calls += [tuple(c) for c in d.get("first_calls", [])]
         self.later_calls += d.get("later_calls", [])
+        for dt, outs in d.get("errors", {}).items():
+            for out, values in outs.items():
+                self.errors[dt][out] += values
 
     def compiling(self) -> "Compiling | None":
         """What the target spent compiling, when its calls say it compiles on first use: first calls
@@ -205,6 +217,10 @@ def explain_refusals(t: "Tally") -> list[str]:
 # Laws that run the target in another dtype than the case's (gradcheck: float64, else float32),
 # so a refusal there says nothing about the case's dtype, nor about the declared dtypes.
 _OWN_DTYPE_LAWS = ("gradcheck",)
+# The value patterns whose errors make the accuracy figure. The others (huge, tiny, spikes, constant
+# rows, grad_out like y) are judged as strictly, but an error relative to a row's largest value
+# there measures the input (a gradient that cancels to almost nothing), not the target.
+ACCURACY_PATTERNS = ("normal", "uniform")
 
 
 TALLY = Tally()

@@ -1,5 +1,5 @@
 """The property sheet and the optional laws (deterministic, batch_invariant): a target that sums
-in another order from 64 rows on is named batch variant, at the batch size where it starts; this
+in another order from 64 rows on is named batch variant by the law, which the sheet shows; this
 project is batch invariant; the gate holds a target to batch invariance only when asked
 (--require), and this project by default."""
 
@@ -19,8 +19,8 @@ def gate(*args):
 @pytest.fixture(scope="module")
 def sheet(tmp_path_factory):
     out = tmp_path_factory.mktemp("sheet")
-    code, text = run(["-m", "harness", "sheet", "--device", "cpu", "--no-gate", "--target", f"project,{VARIANT}",
-                      "--out", str(out)], timeout=900)
+    code, text = run(["-m", "harness", "sheet", "--device", "cpu", "--target", f"project,{VARIANT}",
+                      "--out", str(out)], timeout=1500)
     assert code == 0, text[-3000:]
     return json.loads((out / "sheet.json").read_text()), text, out
 
@@ -31,17 +31,36 @@ def test_the_sheet_tells_the_batch_variant_target_from_the_invariant_ones(sheet)
     assert list(cols) == ["project", VARIANT, "peer:hf"]  # eager PyTorch is always in the run
     assert cols["project"]["batch invariant"]["ok"] is True, cols["project"]["batch invariant"]
     bad = cols[VARIANT]["batch invariant"]
-    assert bad["ok"] is False and bad["text"].startswith("no: from 64 rows"), bad
+    assert bad["ok"] is False and bad["text"].startswith("no: ") and "64 rows" in bad["text"], bad
+    # The gate's verdict as it stands for each target: batch invariance is not required of this one.
+    assert cols[VARIANT]["gate"]["ok"] is True and cols["project"]["gate"]["ok"] is True, \
+        (cols[VARIANT]["gate"], cols["project"]["gate"])
     for c in cols.values():
         assert c["deterministic"]["ok"] is True, (c["target"], c["deterministic"])
-        assert c["inputs untouched"]["ok"] is True and c["grad_out untouched"]["ok"] is True, c["target"]
+        assert c["inputs untouched"]["ok"] is True and c["layout invariant"]["ok"] is True, c["target"]
+        assert c["> 2^31 elements"]["ok"] is None and "CUDA" in c["> 2^31 elements"]["text"], c["target"]
     assert cols["project"]["dtypes"]["text"] == "float32, float16, bfloat16, float64"
-    assert cols["peer:hf"]["dtypes"]["text"].endswith("refused: float64")
+    assert cols["peer:hf"]["dtypes"]["text"] == "float32, float16, bfloat16; outside its declared contract: float64"
+    assert cols["project"]["zero rows"]["ok"] is True and cols["project"]["float32 weight, 16-bit x"]["ok"] is True
     acc = cols["project"]["accuracy"]
-    assert set(acc) == {"float32", "float16", "bfloat16", "float64"}
-    assert 0 < acc["bfloat16"]["y"]["worst"] < 4, acc["bfloat16"]  # within a few roundings of float64
-    assert "| batch invariant | yes" in text and "| accuracy bfloat16 y, median / worst |" in text
+    assert acc and set(acc) <= {"float32", "float16", "bfloat16", "float64"}, acc
+    for dtype, outs in acc.items():  # within a few roundings of float64 (grad_x: of its leading term)
+        assert all(0 <= a["median"] <= a["worst"] < 16 for a in outs.values()), (dtype, outs)
+    assert "| batch invariant | yes" in text and "| accuracy " in text and "median / worst |" in text
     assert (out / "sheet.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_sheet_is_a_view_of_the_laws():
+    """No judge of its own: the sheet's module imports no judging code and calls no target."""
+    import ast
+
+    from harness.build import ROOT
+
+    tree = ast.parse((ROOT / "harness" / "sheet.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+               {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not imported & {"judge", "tolerance", "target", "laws", "cases"}, imported
+    assert imported & {"laws.registry"}, imported  # which optional laws a target is held to: the laws' own rule
 
 
 def test_batch_invariance_is_held_only_when_required():

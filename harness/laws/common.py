@@ -52,8 +52,9 @@ def forward_checked(target: Target, x, weight, eps, case: Case, *, poison_byte=P
 def compare_forward(y, inv, x, weight, eps, case: Case, *, label="", extra="") -> dict:
     """Compare y (and inv_rms, when not None) with the float64 reference; raise LawFailure."""
     exp = judge.expect_forward(x, weight, eps)
-    _fail(judge.judge_forward(y, inv, x, weight, eps, label=label, exp=exp), case, extra)
-    return {"unverified_rows": exp.unverified_rows}
+    err: dict = {}
+    _fail(judge.judge_forward(y, inv, x, weight, eps, label=label, exp=exp, measure=err), case, extra)
+    return {"unverified_rows": exp.unverified_rows, "err": {k: v for k, v in err.items() if v is not None}}
 
 
 def inv_for_backward(x, eps, inv_from_target):
@@ -72,9 +73,11 @@ def backward_checked(target: Target, grad_out, x, weight, eps, inv, case: Case, 
 
 
 def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label="", weight_grad=True):
-    msgs, unverified = judge.judge_backward(gx, gw, grad_out, x, weight, eps, inv, label=label, weight_grad=weight_grad)
+    err: dict = {}
+    msgs, unverified = judge.judge_backward(gx, gw, grad_out, x, weight, eps, inv, label=label, weight_grad=weight_grad,
+                                            measure=err)
     _fail(msgs, case)
-    return gx, gw, {"unverified_rows": unverified}
+    return gx, gw, {"unverified_rows": unverified, "err": {k: v for k, v in err.items() if v is not None}}
 
 
 @contextlib.contextmanager
