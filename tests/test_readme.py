@@ -2,7 +2,10 @@
 quotes are in the committed outputs it names (tests/test_install.py runs the snippets from an
 installed copy too)."""
 
+import os
 import re
+
+import pytest
 
 from harness.build import ROOT
 from tests._run import run
@@ -40,6 +43,8 @@ def test_the_speed_tables_are_rows_of_the_committed_bench():
 
 
 def test_the_first_hour_figures_are_the_measured_ones():
+    if os.environ.get("RMSNORM_TIMING_FIRST_HOUR"):
+        pytest.skip("this run is the one benchmarks/first_hour.py times: its figures are checked once written")
     measured = (ROOT / "benchmarks" / "first-hour-cpu.txt").read_text()
     times = dict(re.findall(r"^(gate|tests): ([0-9]+ min [0-9]+ s|[0-9]+ s), exit 0:", measured, re.M))
     assert set(times) == {"gate", "tests"}, measured
