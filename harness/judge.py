@@ -353,8 +353,8 @@ def expect_forward(x, weight, eps, *, eager: bool = True) -> Forward:
 def worst_units(out, ref, check, dtype, scale=None) -> float | None:
     """The largest |out - ref| over the elements compared (check), in units of the dtype's
     rounding (2^-24 float32, 2^-11 float16, 2^-8 bfloat16, 2^-53 float64) of each row's scale
-    (default: the row's largest |ref|): how accurate a target is, the measure the property sheet
-    shows. None when no element is compared."""
+    (default: the row's largest |ref|; at least the dtype's smallest normal number): how accurate a
+    target is, the measure the property sheet shows. None when no element is compared."""
     o = out.detach().to(torch.float64).reshape(ref.shape)
     r = ref.to(o.device)
     ok = check.to(o.device) & torch.isfinite(r) & torch.isfinite(o)
@@ -362,7 +362,9 @@ def worst_units(out, ref, check, dtype, scale=None) -> float | None:
         return None
     if scale is None:
         scale = torch.where(ok, r.abs(), 0.0).amax(-1, keepdim=True)
-    scale = torch.nan_to_num(scale.to(o.device), nan=0.0, posinf=0.0)
+    # Not below the dtype's smallest normal number: in the subnormal range the spacing is fixed, and
+    # a row of tiny values would turn half a subnormal step into thousands of roundings.
+    scale = torch.nan_to_num(scale.to(o.device), nan=0.0, posinf=0.0).clamp_min(torch.finfo(dtype).tiny)
     err = torch.where(ok & (scale > 0), (o - r).abs() / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
     return float(err.max()) / tol.unit_roundoff(dtype)
 

@@ -54,6 +54,7 @@ class Tally:
         # the dtype's rounding of the row's largest value (judge.worst_units), over cases of ordinary
         # values (ACCURACY_PATTERNS): the target's accuracy.
         self.errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.worst_error: dict[str, tuple] = {}  # "dtype output" -> (units, law, case): where the worst one was
 
     def add_calls(self, calls) -> None:
         for n, first, secs in calls or ():
@@ -73,6 +74,9 @@ class Tally:
         for out, units in ((v.facts or {}).get("err") or {}).items() if ordinary else ():
             if len(self.errors[case.dtype][out]) < 4096:
                 self.errors[case.dtype][out].append(float(units))
+            key = f"{case.dtype} {out}"
+            if units > self.worst_error.get(key, (0.0,))[0]:
+                self.worst_error[key] = (float(units), law, case.short())
         if v.status == "rejected":
             self.refusals.append((cause_of(v.message), case.categories(), case.n))
         else:
@@ -100,6 +104,7 @@ class Tally:
             "first_calls": self.first_calls,
             "later_calls": self.later_calls,
             "errors": {d: dict(outs) for d, outs in self.errors.items()},
+            "worst_error": self.worst_error,
         }
 
     def merge(self, d: dict) -> None:
@@ -122,6 +127,9 @@ class Tally:
         for dt, outs in d.get("errors", {}).items():
             for out, values in outs.items():
                 self.errors[dt][out] += values
+        for key, worst in d.get("worst_error", {}).items():
+            if worst[0] > self.worst_error.get(key, (0.0,))[0]:
+                self.worst_error[key] = tuple(worst)
 
     def compiling(self) -> "Compiling | None":
         """What the target spent compiling, when its calls say it compiles on first use: first calls

@@ -160,7 +160,9 @@ def largest_n_row(report: dict) -> dict:
 def accuracy(report: dict) -> dict:
     out: dict = {}
     for dt, outs in report["tally"].get("errors", {}).items():
-        out[dt] = {o: {"median": statistics.median(v), "worst": max(v), "cases": len(v)} for o, v in outs.items() if v}
+        worst = report["tally"].get("worst_error", {})
+        out[dt] = {o: {"median": statistics.median(v), "worst": max(v), "cases": len(v),
+                       "worst_at": worst.get(f"{dt} {o}", [None, "", ""])[1:]} for o, v in outs.items() if v}
     return out
 
 
