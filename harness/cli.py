@@ -388,6 +388,9 @@ def cmd_profile(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .locations import keep_caches_out_of_tmp
+
+    keep_caches_out_of_tmp()
     p = argparse.ArgumentParser(prog="python3 -m harness", description="RMSNorm extension and its correctness gate",
                                 epilog=EXIT_CODES)
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -94,3 +94,21 @@ def plugin_installed() -> bool:
     from importlib.metadata import entry_points
 
     return any(ep.value == "harness.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+def keep_caches_out_of_tmp() -> None:
+    """torch.compile's caches (the laws compile_equals_eager and peer:compiled fill them) and other
+    temporary files in the work root, not in /tmp (torch puts its precompiled headers in
+    tempfile.gettempdir()/torchinductor_<user> whatever TORCHINDUCTOR_CACHE_DIR says): a run of the
+    gate or of the suite leaves nothing in /tmp. Only where the gate runs (its command, its active
+    plugin, this repository's own tests), never in a user's process that merely imports the
+    RMSNorm; a TMPDIR the user set is kept, and so is /tmp where the work root's path is too long
+    for the Unix sockets multiprocessing makes in it (108 bytes)."""
+    import tempfile
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work_root() / "torchinductor"))
+    tmp = work_root() / "tmp"
+    if "TMPDIR" not in os.environ and len(str(tmp)) <= 48:
+        tmp.mkdir(parents=True, exist_ok=True)
+        os.environ["TMPDIR"] = str(tmp)
+        tempfile.tempdir = None  # gettempdir() asks again

@@ -79,6 +79,10 @@ def pytest_configure(config):
     if opt("--rmsnorm-lenient"):
         os.environ["RMSNORM_STRICT"] = "0"
     config._rmsnorm_active = _active(config)
+    if config._rmsnorm_active:
+        from .locations import keep_caches_out_of_tmp
+
+        keep_caches_out_of_tmp()
     if config._rmsnorm_active and not _is_xdist_worker(config) and not os.environ.get("RMSNORM_TALLY_DIR"):
         # The xdist workers write their tallies here; removed when the run ends (pytest_unconfigure).
         config._rmsnorm_tally_dir = tempfile.mkdtemp(prefix="rmsnorm-tally-")
