@@ -365,14 +365,19 @@ def worst_units(out, ref, check, dtype, scale=None) -> float | None:
     # Not below the dtype's smallest normal number: in the subnormal range the spacing is fixed, and
     # a row of tiny values would turn half a subnormal step into thousands of roundings.
     scale = torch.nan_to_num(scale.to(o.device), nan=0.0, posinf=0.0).clamp_min(torch.finfo(dtype).tiny)
-    err = torch.where(ok & (scale > 0), (o - r).abs() / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+    err = torch.where(ok, (o - r).abs() / scale, 0.0)
     return float(err.max()) / tol.unit_roundoff(dtype)
+
+
+def _measured(measure: dict, name: str, units: float | None) -> None:
+    if units is not None:  # nothing compared: nothing to say of the accuracy
+        measure[name] = units
 
 
 def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | None = None,
                   measure: dict | None = None) -> list[Mismatch]:
     """y (and inv_rms, when not None) against the float64 reference. measure: a dict that gets
-    y's worst_units when y passes."""
+    y's worst_units when y passes and was compared somewhere."""
     exp = exp or expect_forward(x, weight, eps)
     nonfinite = row_mask(exp.nonfinite, x.shape)
     alts = []
@@ -395,7 +400,7 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
                 f"{label}inv_rms: {int(wrong.sum())} row(s) holding inf or NaN saved {float(got.reshape(-1)[k]):.9g}; "
                 "expected 0 or NaN (a row with inf or NaN has no finite statistic)"]))
     if measure is not None and not msgs[0]:
-        measure["y"] = worst_units(y, exp.y_ref, row_mask(exp.rows_ok, x.shape), x.dtype)
+        _measured(measure, "y", worst_units(y, exp.y_ref, row_mask(exp.rows_ok, x.shape), x.dtype))
     return msgs
 
 
@@ -447,7 +452,7 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
                    measure: dict | None = None) -> tuple[list[Mismatch], int]:
     """grad_x and grad_weight against the float64 reference, given the inv_rms handed to the
     target's backward. Returns (mismatches, rows not compared). measure: a dict that gets
-    grad_x's worst_units when grad_x passes."""
+    grad_x's worst_units when grad_x passes and was compared somewhere."""
     exp = expect_backward(grad_out, x, weight, eps, inv, gw.dtype)
     nonfinite = row_mask(~exp.stats.finite, x.shape)
     alts = []
@@ -470,8 +475,8 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
         # terms cancel (a row of one element, grad_out like y) what is left is no measure of rounding.
         lead = (grad_out.detach().to(torch.float64) * weight.detach().to(torch.float64)).abs()
         lead = lead * inv.detach().to(torch.float64).reshape(tuple(x.shape[:-1]) + (1,)).abs()
-        measure["grad_x"] = worst_units(gx, exp.gx_ref, row_mask(exp.rows_ok, x.shape), x.dtype,
-                                        scale=lead.amax(-1, keepdim=True))
+        _measured(measure, "grad_x", worst_units(gx, exp.gx_ref, row_mask(exp.rows_ok, x.shape), x.dtype,
+                                                 scale=lead.amax(-1, keepdim=True)))
     return msgs, exp.unverified_rows
 
 

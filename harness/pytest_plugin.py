@@ -366,10 +366,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         import json
 
         try:
+            import dataclasses
+
             c = _state.contract()
-            contract = {"declared": c.declared, "source": c.source, "dtypes": list(c.dtypes),
-                        "weight_dtypes": list(c.weight_dtypes), "layouts": list(c.layouts), "max_n": c.max_n,
-                        "n_multiple_of": c.n_multiple_of, "zero_rows": c.zero_rows}
+            contract = {**dataclasses.asdict(c), "declared": c.declared}
         except Exception as e:  # noqa: BLE001  (a target that no longer loads: the report still lands)
             contract = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
         doc = {"target": _state.target_spec(), "device": _state.device(), "lane": _state.lane(), "contract": contract,

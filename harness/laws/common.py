@@ -54,7 +54,7 @@ def compare_forward(y, inv, x, weight, eps, case: Case, *, label="", extra="") -
     exp = judge.expect_forward(x, weight, eps)
     err: dict = {}
     _fail(judge.judge_forward(y, inv, x, weight, eps, label=label, exp=exp, measure=err), case, extra)
-    return {"unverified_rows": exp.unverified_rows, "err": {k: v for k, v in err.items() if v is not None}}
+    return {"unverified_rows": exp.unverified_rows, "err": err}
 
 
 def inv_for_backward(x, eps, inv_from_target):
@@ -77,7 +77,7 @@ def compare_grads(gx, gw, grad_out, x, weight, eps, inv, case, *, label="", weig
     msgs, unverified = judge.judge_backward(gx, gw, grad_out, x, weight, eps, inv, label=label, weight_grad=weight_grad,
                                             measure=err)
     _fail(msgs, case)
-    return gx, gw, {"unverified_rows": unverified, "err": {k: v for k, v in err.items() if v is not None}}
+    return gx, gw, {"unverified_rows": unverified, "err": err}
 
 
 @contextlib.contextmanager
