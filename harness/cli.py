@@ -309,7 +309,9 @@ def cmd_mutate(args) -> int:
 
     names = [n for n in args.only.split(",") if n] if args.only else None
     return mutate.main(names=names, device=args.device, profile=args.profile, jobs=args.jobs, build_jobs=args.build_jobs,
-                       with_baseline=not args.no_baseline, report=Path(args.report).resolve() if args.report else None)
+                       with_baseline=not args.no_baseline, report=Path(args.report).resolve() if args.report else None,
+                       fresh=args.fresh, keep_new=args.keep,
+                       kills_dir=Path(args.kills_dir).resolve() if args.kills_dir else None)
 
 
 def _csv(value: str, what: str, allowed=None, conv=str) -> list:
@@ -437,10 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--lenient", action="store_true")
     r.set_defaults(fn=cmd_replay)
 
-    z = sub.add_parser("sanitize", help="compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on a sample")
+    z = sub.add_parser("sanitize", help="compute-sanitizer (memcheck, racecheck, initcheck, synccheck) side by side, "
+                                        "on one case for each launch path")
     z.add_argument("--target", default=None)
     z.add_argument("--tools", default="memcheck,racecheck,initcheck,synccheck")
-    z.add_argument("--cases", type=int, default=24, help="how many sampled cases")
+    z.add_argument("--cases", type=int, default=None, help="the first K path cases (default: all of them)")
     z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     z.set_defaults(fn=cmd_sanitize)
 
@@ -455,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("-j", "--jobs", type=int, default=1, help="mutants judged at once")
     u.add_argument("-b", "--build-jobs", type=int, default=1, help="mutants built at once (each in its own scratch tree)")
     u.add_argument("--no-baseline", action="store_true", help="skip the seed card's single-check baseline")
+    u.add_argument("--fresh", action="store_true",
+                   help="ignore the kept killing cases: search every mutant with the whole suite")
+    u.add_argument("--keep", action="store_true",
+                   help="keep the case of each kill a fresh search found as that mutant's kept case")
+    u.add_argument("--kills-dir", default=None,
+                   help="where the kept cases are (default harness/mutant_kills; DEVICE/NAME.json under it)")
     u.add_argument("--report", default=None, help="where to write the markdown table (default .build/mutants/runs-DEVICE/score.md)")
     u.set_defaults(fn=cmd_mutate)
 

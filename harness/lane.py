@@ -1,4 +1,5 @@
-"""The GPU lane's record: which CUDA code it judged and what it said (``benchmarks/gpu-lane.md``).
+"""The GPU lanes' records: which code each judged and what it said (``benchmarks/gpu-lane.md`` for the
+kernel lane, ``benchmarks/judge-lane.md`` for the judge lane).
 
 The trees of ``kernels/``, ``binding/`` and ``sources.txt`` are identified the way git does
 (``git rev-parse HEAD:kernels``), computed from the files themselves, so the lane can record them
@@ -7,7 +8,9 @@ on a machine that received the working tree without its git directory. A CPU-lan
 CUDA code is shipped that the GPU lane has not passed.
 
     python3 -m harness.lane trees                 # the trees of this checkout
-    python3 -m harness.lane record --log-dir D --wall S --commit C [--out benchmarks/gpu-lane.md]
+    python3 -m harness.lane record --lane kernel|judge --log-dir D --wall S --commit C [--limit 480] [--out F]
+
+A lane that ran past its limit (--limit, seconds of wall) did not pass, whatever its steps said.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from .build import ROOT
 # What the lane vouches for: the CUDA and binding sources and the list the builds read.
 GUARDED = ("kernels", "binding", "sources.txt")
 RECORD = ROOT / "benchmarks" / "gpu-lane.md"
+# What the judge lane judged besides: the harness and the laws (the panel and the card judge them).
+JUDGED = ("harness", "properties") + GUARDED
+JUDGE_RECORD = ROOT / "benchmarks" / "judge-lane.md"
 
 
 def _blob_id(data: bytes) -> str:
@@ -46,10 +52,10 @@ def _tree_id(folder: Path) -> str:
     return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
 
 
-def tree_ids(root: Path = ROOT) -> dict[str, str]:
+def tree_ids(root: Path = ROOT, names: tuple[str, ...] = GUARDED) -> dict[str, str]:
     """{path: git object id} of the guarded paths of the checkout at root, from its files."""
     out = {}
-    for name in GUARDED:
+    for name in names:
         p = root / name
         out[name] = _tree_id(p) if p.is_dir() else _blob_id(p.read_bytes())
     return out
@@ -77,15 +83,25 @@ def mismatches(record_text: str, current: dict[str, str]) -> list[str]:
 
 
 def write(out: Path, *, verdict: str, commit: str, wall_s: float, machine: str, steps: list[tuple[str, str, float, str]],
-          parts: int = 1, root: Path = ROOT) -> str:
-    trees = tree_ids(root)
-    lines = ["# The GPU lane", "",
-             "Written by `.ci/gpu-lane` at the end of a run. `tests/test_lane.py` (CPU lane, CI) fails when the trees",
-             "of `kernels/`, `binding/` or `sources.txt` differ from these, or the verdict is not PASSED.", "",
+          parts: int = 1, root: Path = ROOT, lane: str = "kernel", limit_s: float | None = None) -> str:
+    if lane == "judge":
+        trees = tree_ids(root, JUDGED)
+        head = ["# The judge lane", "",
+                "Written by `STEPS=judge .ci/gpu-lane` at the end of a run: the panel, the seed card's kernel and the",
+                "property sheet on a GPU, judging the harness and the laws of the trees below. Not a landing condition",
+                "(the CPU lane runs the CPU panel on every commit); a change to the judging runs it before its issue",
+                "is resolved."]
+    else:
+        trees = tree_ids(root)
+        head = ["# The GPU lane", "",
+                "Written by `.ci/gpu-lane` at the end of a run. `tests/test_lane.py` (CPU lane, CI) fails when the trees",
+                "of `kernels/`, `binding/` or `sources.txt` differ from these, or the verdict is not PASSED."]
+    lines = head + ["",
              "| field | value |", "|---|---|",
              f"| verdict | {verdict} |", f"| commit | {commit} |",
              f"| when | {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} |",
-             f"| machine | {machine} |", f"| wall | {wall_s:.0f} s |", f"| parts | {parts} |"]
+             f"| machine | {machine} |",
+             f"| wall | {wall_s:.0f} s{f' (limit {limit_s:.0f} s)' if limit_s else ''} |", f"| parts | {parts} |"]
     lines += [f"| {name} | {tree} |" for name, tree in trees.items()]
     lines += ["", "## Steps", ""]  # a list, not a table: the details hold pipes (scores, cases)
     lines += [f"- {name}: {step_verdict} in {secs:.0f} s" + (f"; {detail}" if detail else "")
@@ -114,22 +130,29 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("trees", help="the git ids of kernels/, binding/ and sources.txt here")
     r = sub.add_parser("record", help="write the lane's record from its step files")
+    r.add_argument("--lane", choices=("kernel", "judge"), default="kernel")
+    r.add_argument("--limit", type=float, default=None, help="seconds of wall the lane may take to pass")
     r.add_argument("--log-dir", required=True)
     r.add_argument("--steps", required=True, help="the steps run, in order, space-separated")
     r.add_argument("--wall", type=float, required=True)
     r.add_argument("--parts", type=int, default=1, help="runs the lane took (resumed at the same trees)")
     r.add_argument("--commit", required=True)
     r.add_argument("--machine", default="")
-    r.add_argument("--out", default=str(RECORD))
+    r.add_argument("--out", default=None, help="the record (default benchmarks/gpu-lane.md or judge-lane.md)")
     args = p.parse_args(argv)
     if args.cmd == "trees":
         for name, tree in tree_ids().items():
             print(f"{name} {tree}")
         return 0
     steps = _read_steps(Path(args.log_dir), args.steps.split())
+    over = args.limit is not None and args.wall > args.limit
+    if over:
+        steps.append(("limit", f"FAILED (exit 1)", args.wall, f"the lane took {args.wall:.0f} s, past its "
+                                                              f"{args.limit:.0f} s"))
     verdict = "PASSED" if steps and all(v == "PASSED" for _, v, _, _ in steps) else "FAILED"
-    print(write(Path(args.out), verdict=verdict, commit=args.commit, wall_s=args.wall, machine=args.machine,
-                steps=steps, parts=args.parts), end="")
+    out = Path(args.out) if args.out else (JUDGE_RECORD if args.lane == "judge" else RECORD)
+    print(write(out, verdict=verdict, commit=args.commit, wall_s=args.wall, machine=args.machine,
+                steps=steps, parts=args.parts, lane=args.lane, limit_s=args.limit), end="")
     return 0 if verdict == "PASSED" else 1
 
 

@@ -48,6 +48,11 @@ class Mutant:
     edits: tuple[Edit, ...]
     echoes: str = ""  # a real report of this class: owner/repo#number
     killed_by: tuple[str, ...] = field(default=(), compare=False)  # laws expected to catch it (documentation)
+    # A compute-sanitizer tool that must report it (the GPU lane's sanitize step runs it on the mutant).
+    sanitizer: str = ""
+    # False: a race or hazard that outputs need not show (the bits come out right on most runs), so the
+    # suite does not judge it and mutate leaves it to the sanitizer; its kill is the sanitizer's report.
+    by_suite: bool = True
 
     def key(self) -> str:
         h = hashlib.sha256(self.name.encode())
@@ -114,10 +119,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(CU, _FWD_SS_VEC, _FWD_SS_VEC.replace("j += blockDim.x", "j += n_vec")),)),
     Mutant("cuda_reduce_barrier_missing", "cuda", "a missing __syncthreads() before the block total is read",
            (Edit(CU, "  }\n  __syncthreads();\n  const A total = shared[0];", "  }\n  const A total = shared[0];"),),
-           echoes="NVIDIA/apex#1184"),
+           echoes="NVIDIA/apex#1184", sanitizer="racecheck"),
     Mutant("cuda_fwd_tail_past_row", "cuda", "an off-by-one write past the end of each row (out of bounds on the last)",
            (Edit(CU, _STORE_TAIL, _STORE_TAIL.replace("< n)", "<= n)")),),
-           echoes="ROCm/aiter#5290"),
+           echoes="ROCm/aiter#5290", sanitizer="memcheck"),
     Mutant("cuda_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term",
            (Edit(CU, "out.v[k] = from_acc<T>(inv * (g - to_acc(vx.v[k]) * c));", "out.v[k] = from_acc<T>(inv * g);"),)),
     Mutant("cuda_bwd_inv_of_block", "cuda", "backward reads the inv_rms of the block, not of the row (wrong past the grid)",
@@ -137,7 +142,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            echoes="karpathy/llm.c#445"),
     Mutant("cuda_dw_rows_unclamped", "cuda", "the last grad_weight chunk reads rows past the end (out of bounds)",
            (Edit(CU, "const int64_t r_end = r_begin + rows_per_chunk < rows ? r_begin + rows_per_chunk : rows;",
-                 "const int64_t r_end = r_begin + rows_per_chunk;"),)),
+                 "const int64_t r_end = r_begin + rows_per_chunk;"),), sanitizer="memcheck"),
     Mutant("cuda_dw_accumulate_in_weight_dtype", "cuda", "grad_weight partials summed in the weight's fp16/bf16",
            (Edit(CU, "  A acc = 0;\n  for (int64_t k = 0; k < chunks; ++k) acc += partial[k * n + col];",
                  "  W acc = from_acc<W>(A(0));\n"
@@ -151,7 +156,7 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dyr.owner), cuda_ptr<W>(dw),"),)),
     Mutant("cuda_zero_rows_empty_grid", "cuda", "zero rows launched as an empty grid",
            (Edit(CUDA_BIND, "  if (xr.rows == 0) return {y, inv};\n", ""),
-            Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
+            Edit(LAUNCH, "if (rows == 0 || n == 0) return cudaSuccess;", "if (n == 0) return cudaSuccess;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
     Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
            (Edit(LAUNCH, "    if (p.ok()) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged(",
@@ -162,8 +167,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                  count=2),)),
     Mutant("fast_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16 (fast path)",
            (Edit(ROWS, "          ss += a * a;", "          ss = dev::to_acc(dev::from_acc<T>(ss + a * a));"),
-            Edit(ROWS, "        ss += a * a;\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)",
-                 "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)")),
+            Edit(ROWS, "        ss += a * a;\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)",
+                 "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)")),
            echoes="nntrainer/nntrainer#3935"),
     Mutant("fast_weight_index", "cuda", "the weight's first element of each vector used for the whole vector (fast path)",
            (Edit(ROWS, "inv * static_cast<float>(dev::to_acc(w.v[k])));", "inv * static_cast<float>(dev::to_acc(w.v[0])));",
@@ -178,7 +183,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_reduce_barrier_missing", "cuda", "a missing barrier before the warps' partial sums are read (fast path)",
            (Edit(DEV, "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n    __syncthreads();\n",
                  "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n"),),
-           echoes="NVIDIA/apex#1184"),
+           echoes="NVIDIA/apex#1184", sanitizer="racecheck"),
     Mutant("fast_slots_single_buffered", "cuda", "one reduction slot reused by consecutive rows without a second barrier",
            (Edit(ROWS, "base += units * per_unit, parity ^= 1) {", "base += units * per_unit) {", count=2),)),
     Mutant("cluster_rank_ignored", "cuda", "every CTA of a cluster reads the first slab of the row",
@@ -188,6 +193,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
     Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before the cluster barrier",
            (Edit(DEV, "    cluster.sync();\n    v = slots.cta[parity][0];", "    v = slots.cta[parity][0];"),)),
+    Mutant("cluster_entry_wait_missing", "cuda", "partial sums written into the shared memory of cluster peers that "
+           "may not have started (no wait on the entry barrier)",
+           (Edit(DEV, "    entry.wait_once();  // every peer has entered: its shared memory may be written\n", ""),),
+           sanitizer="racecheck", by_suite=False),
     Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
            (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",
                  "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n    V xv[kVpt];"),
@@ -311,6 +320,11 @@ def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> li
     else:
         chosen = list(CATALOGUE)
     return [m for m in chosen if m.lane in lanes]
+
+
+def sanitizer_checks() -> list[tuple[Mutant, str]]:
+    """(mutant, tool) for every mutant a compute-sanitizer tool must report: the GPU lane's sanitize step."""
+    return [(m, m.sanitizer) for m in CATALOGUE if m.sanitizer]
 
 
 def lanes_for(device: str) -> tuple[str, ...]:

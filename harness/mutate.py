@@ -10,9 +10,18 @@ whether the original passes that case, and the time to kill (the summary gives t
 slowest). Beside it, the seed card's own check, one ``torch.testing.assert_close`` of the forward
 output on one input, run against the same mutants.
 
+Kept cases: the case that killed each mutant last time is kept with the catalogue
+(``harness/mutant_kills/DEVICE/NAME.json``) and replayed first, in a worker of its own, like the
+committed regressions; only a mutant that its kept case no longer kills is judged by the whole
+suite, and ``--keep`` then keeps its new case. ``--fresh`` ignores the kept cases (a full search
+for every mutant), so that they never hide a weaker suite. The score line says how many kills
+came from kept cases and how many from a fresh search. The original is judged while the mutants
+are; without its pass there is no score.
+
 Builds come first and are timed apart (``--jobs`` runs that many mutants at once afterwards).
 Every verdict is appended to a JSON-lines file as soon as it is known, so an interrupted run
-keeps what it measured.
+keeps what it measured. Mutants that only a sanitizer can see (a race whose bits come out right)
+are left to the GPU lane's sanitize step and named.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from pathlib import Path
 from . import mutants
 from .build import ROOT
 from .locations import properties_dir, pytest_args
+
+KILLS = Path(__file__).resolve().parent / "mutant_kills"  # the kept killing cases: DEVICE/NAME.json
 
 # The seed card's check: its reference and its one assert_close, on an input of the card's kind.
 CARD_SHAPE = (32, 1024)
@@ -75,6 +86,7 @@ class Result:
     baseline: str = ""  # killed | survived | error | not run
     baseline_detail: str = ""
     confirmed: str = ""  # for a kill: "yes" (the original passes its case), else why not
+    source: str = ""  # for a kill: "kept" (the kept case killed it) or "search" (the suite found it)
 
 
 def counts(r: "Result") -> bool:
@@ -141,6 +153,44 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     return r
 
 
+def kept_path(m: mutants.Mutant, device: str, kills_dir: Path | None = None) -> Path:
+    return (kills_dir or KILLS) / device / f"{m.name}.json"
+
+
+def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None) -> Result | None:
+    """The mutant on its kept case, in a worker of its own: a Result when that case kills it (a law
+    fails, or the worker crashes or hangs), None when there is no kept case or it no longer kills."""
+    from . import corpus
+    from .worker import Runner
+
+    path = kept_path(m, device, kills_dir)
+    if not path.is_file():
+        return None
+    entry = corpus.load_entry(path)
+    t0 = time.perf_counter()
+    runner = Runner(f"mutant:{m.name}", device)
+    try:
+        runner.start()
+        v = runner.check(entry.law, entry.case)
+    finally:
+        runner.stop()
+    if v.status not in ("fail", "crash", "hang"):
+        return None
+    first = v.message.strip().splitlines()[0][:300] if v.message.strip() else v.status
+    return Result(m.name, m.lane, m.bug, m.echoes, "killed", law=entry.law, message=first, case=entry.case.short(),
+                  corpus_file=str(path), seconds=time.perf_counter() - t0, source="kept")
+
+
+def keep(r: Result, device: str, kills_dir: Path | None = None) -> Path | None:
+    """Keep the case of a confirmed kill from a fresh search as the mutant's kept case."""
+    if not counts(r) or r.source != "search" or not r.corpus_file:
+        return None
+    dest = (kills_dir or KILLS) / device / f"{r.mutant}.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(r.corpus_file, dest)
+    return dest
+
+
 def baseline(m: mutants.Mutant, *, device: str) -> tuple[str, str]:
     """The seed card's single check on the mutant: (killed | survived | error, detail)."""
     p = subprocess.run([sys.executable, "-c", _BASELINE, m.name, device], cwd=ROOT, capture_output=True, text=True,
@@ -173,8 +223,9 @@ def kill_times(results: list[Result]) -> str:
     times = sorted((r.seconds, r.mutant) for r in results if counts(r))
     if not times:
         return "no kill"
+    kept = sum(counts(r) and r.source == "kept" for r in results)
     return (f"time to kill: median {statistics.median(t for t, _ in times):.0f} s, slowest {times[-1][0]:.0f} s "
-            f"({times[-1][1]})")
+            f"({times[-1][1]}); kills: {kept} from kept cases, {len(times) - kept} from a fresh search")
 
 
 def _score_line(results: list[Result], device: str, profile: str) -> str:
@@ -230,7 +281,8 @@ def _baseline_failure(r: Result) -> str:
 
 
 def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_baseline: bool,
-         report: Path | None, build_jobs: int = 1) -> int:
+         report: Path | None, build_jobs: int = 1, fresh: bool = False, keep_new: bool = False,
+         kills_dir: Path | None = None) -> int:
     from .target import default_device
 
     device = device or default_device()
@@ -241,6 +293,11 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     if not chosen:
         raise ValueError(f"no mutants to run on {device}: the chosen ones break the other device's code "
                          f"(this lane runs lanes {mutants.lanes_for(device)})")
+    by_sanitizer = [m for m in chosen if not m.by_suite]
+    chosen = [m for m in chosen if m.by_suite]
+    if not chosen:
+        raise ValueError(f"no mutants for the suite among those chosen: {', '.join(m.name for m in by_sanitizer)} "
+                         "are judged by compute-sanitizer (python3 -m harness sanitize --target mutant:NAME)")
     problems = mutants.check_catalogue()
     if problems:
         raise ValueError("the mutant catalogue does not match the sources:\n  " + "\n  ".join(problems))
@@ -252,9 +309,17 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     log_path = out_dir / "results.jsonl"
     log_path.write_text("")
     t_start = time.perf_counter()
-    # The original first: built as the mutants are, judged by the same suite, profile and seed.
+    # The original first: built as the mutants are, judged by the same suite, profile and seed while
+    # the mutants are (no score without its pass).
     _, dt_original = mutants.build_mutant(mutants.ORIGINAL, log=lambda s: None)
-    print(f"mutate: judging the unmutated sources first (built in {dt_original:.1f} s), profile {profile}", flush=True)
+    kept_note = "kept cases ignored (--fresh): every mutant searched by the suite" if fresh else \
+        f"each mutant's kept case first ({KILLS.name}/{device}/), the suite where it no longer kills"
+    print(f"mutate: judging the unmutated sources (built in {dt_original:.1f} s), profile {profile}, beside "
+          f"{len(chosen)} mutants on {device} ({jobs} at a time; {kept_note}; each kill replayed on the original)",
+          flush=True)
+    if by_sanitizer:
+        print(f"mutate: left to compute-sanitizer (the GPU lane's sanitize step), races the outputs need not show: "
+              f"{', '.join(f'{m.name} ({m.sanitizer})' for m in by_sanitizer)}", flush=True)
     import queue
 
     todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
@@ -279,22 +344,31 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     threads = [threading.Thread(target=builder, args=(k,), daemon=True) for k in range(max(1, build_jobs))]
     for t in threads:
         t.start()
-    base = judge(mutants.ORIGINAL, device=device, profile=profile, out_dir=out_dir)
-    if base.status != "survived":
-        stop.set()
-        print(f"python3 -m harness mutate: set-up error: {_baseline_failure(base)}", file=sys.stderr, flush=True)
-        return 2
-    print(f"mutate: the unmutated sources pass ({base.seconds:.0f} s); {len(chosen)} mutants on {device}, each judged "
-          f"as soon as it is built ({jobs} at a time), each kill replayed on the original", flush=True)
+    base_box: list[Result] = []
+    base_thread = threading.Thread(
+        target=lambda: base_box.append(judge(mutants.ORIGINAL, device=device, profile=profile, out_dir=out_dir)),
+        daemon=True)
+    base_thread.start()
     results: dict[str, Result] = {}
     builds: dict[str, float] = {}
     original = Original(device)
 
     def one(m: mutants.Mutant) -> Result:
-        r = judge(m, device=device, profile=profile, out_dir=out_dir)
-        r.build_seconds = builds.get(m.name, 0.0)
-        if r.status == "killed":
+        r = None if fresh else replay_kept(m, device=device, kills_dir=kills_dir)
+        if r is not None:
             r.confirmed = original.confirm(r)
+            if r.confirmed != "yes":  # the original fails the kept case too: it kills nothing; search
+                r = None
+        if r is None:
+            r = judge(m, device=device, profile=profile, out_dir=out_dir)
+            if r.status == "killed":
+                r.source = "search"
+                r.confirmed = original.confirm(r)
+        r.build_seconds = builds.get(m.name, 0.0)
+        if keep_new:
+            kept = keep(r, device, kills_dir)
+            if kept is not None:
+                print(f"  kept the case that killed {m.name}: {kept}", flush=True)
         if with_baseline:
             r.baseline, r.baseline_detail = baseline(m, device=device)
         else:
@@ -310,7 +384,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
         with open(log_path, "a") as fh:
             fh.write(json.dumps(asdict(r)) + "\n")
         if counts(r):
-            what = f"KILLED by {r.law}"
+            what = f"KILLED by {r.law} ({'its kept case' if r.source == 'kept' else 'a fresh search'})"
         elif r.status == "killed":
             what = f"NOT COUNTED: {r.law} failed, but the original {r.confirmed}"
         else:
@@ -335,9 +409,15 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
                     report_one(f.result())
             for f in as_completed(futs):
                 report_one(f.result())
+        base_thread.join()
     finally:
         stop.set()
         original.stop()
+    base = base_box[0] if base_box else Result("original", "both", "", "", "error", message="not judged")
+    if base.status != "survived":
+        print(f"python3 -m harness mutate: set-up error: {_baseline_failure(base)}", file=sys.stderr, flush=True)
+        return 2
+    print(f"mutate: the unmutated sources pass ({base.seconds:.0f} s)", flush=True)
     ordered = [results[m.name] for m in chosen]
     wall = time.perf_counter() - t_start
     lines = _table(ordered)

@@ -1,11 +1,12 @@
 """The compute-sanitizer lane: memcheck, racecheck, initcheck and synccheck over a sampled set
 of cases, with PyTorch's caching allocator off and -lineinfo builds.
 
-  python -m harness sanitize [--target T] [--tools memcheck,racecheck] [--cases 24]
+  python -m harness sanitize [--target T] [--tools memcheck,racecheck] [--cases K]
 
-runs ``compute-sanitizer --tool TOOL python -m harness sanitize --inner ...`` for each tool; the
-inner run loads the target in-process (no worker, so the sanitizer sees every kernel) and
-runs the forward and backward laws on the sample.
+runs ``compute-sanitizer --tool TOOL python -m harness sanitize --inner ...`` for each tool, the
+tools side by side; the inner run loads the target in-process (no worker, so the sanitizer sees
+every kernel) and runs the forward and backward laws on one case for each launch path (PATHS;
+--cases K: the first K).
 """
 
 from __future__ import annotations
@@ -17,32 +18,47 @@ import subprocess
 import sys
 import time
 
-from .cases import LAYOUTS, Case, layout_possible
+from .cases import DTYPES, Case, layout_possible
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-# Row lengths, in an order where a short sample already meets every path: CTA-wide reductions
-# (1024), a staged row in shared memory (16384), odd and vector-boundary sizes, a cluster (65536).
-SAMPLE_N = (1024, 7, 16384, 33, 4097, 1, 8193, 127, 769, 3, 65536, 9, 257, 8, 31, 4095)
+
+# One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
+# thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
+# float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
+# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16; backward: register rows, clusters
+# of 4 to 16; the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows.
+PATHS = (
+    ("float32", "float32", 3, "7e", "contiguous"),  # not whole vectors: the fallback, forward and backward
+    ("float64", "float32", 2, "1000e", "transposed"),  # float64: the fallback; a transposed x copied
+    ("bfloat16", "bfloat16", 17, 1, "contiguous"),  # a row a thread, many rows a CTA
+    ("float16", "float32", 64, 64, "row_step"),  # a warp a row, 2 vectors a thread; many rows a unit
+    ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
+    ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
+    ("bfloat16", "bfloat16", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: a cluster of 4
+    ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged forward, a cluster of 4; backward: 8
+    ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: a cluster of 16
+    ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: 1024-thread CTAs
+    ("bfloat16", "bfloat16", 0, 4096, "contiguous"),  # zero rows on a fast path: nothing launched
+    ("float64", "float64", 0, "33e", "contiguous"),  # zero rows on the fallback: grad_weight still zeroed
+)
 
 
-def sample(count: int, seed: int = 0) -> list[Case]:
-    """A fixed, varied sample: every dtype, weight dtype and layout, odd and boundary sizes."""
+def sample(count: int | None = None, seed: int = 0) -> list[Case]:
+    """The path cases (all of them when count is None), eps and seeds varied but fixed."""
     rng = random.Random(seed)
     out = []
-    dtypes = ("float32", "bfloat16", "float16", "float64")
-    for i in range(count):
-        n = SAMPLE_N[i % len(SAMPLE_N)]
-        rows = rng.choice((1, 2, 3, 17, 64))
-        shape = (rows, n) if i % 3 else (2, max(1, rows // 2), n)
-        dtype = dtypes[i % 4]
-        layouts = [l for l in LAYOUTS if layout_possible(l, shape)]
-        out.append(Case(shape=shape, dtype=dtype, weight_dtype=rng.choice((dtype, "float32")),
-                        eps=rng.choice((1e-6, 1e-5, 0.1)), layout=layouts[i % len(layouts)],
-                        grad_layout=rng.choice(layouts), pattern="normal", seed=rng.randrange(2**31)))
+    for dtype, wdtype, rows, n_vec, layout in PATHS[:count]:
+        vec = 16 // DTYPES[dtype].itemsize
+        n = int(n_vec[:-1]) if isinstance(n_vec, str) else n_vec * vec
+        shape = (rows, n)
+        if not layout_possible(layout, shape):
+            raise ValueError(f"sanitize sample: layout {layout} is not possible for shape {shape}")
+        out.append(Case(shape=shape, dtype=dtype, weight_dtype=wdtype, eps=rng.choice((1e-6, 1e-5, 0.1)),
+                        layout=layout, grad_layout="contiguous", pattern="normal", seed=rng.randrange(2**31)))
     return out
 
 
-def inner(spec: str, count: int) -> int:
+def inner(spec: str, count: int | None) -> int:
     from . import laws
     from .target import Crashed, LawFailure, Rejected, load
 
@@ -59,7 +75,8 @@ def inner(spec: str, count: int) -> int:
             except (LawFailure, Crashed) as e:
                 bad += 1
                 print(f"sanitize sample: {law} failed: {str(e).splitlines()[0]}", flush=True)
-    print(f"sanitize sample: {count} cases run, {bad} law failure(s) (the gate judges those)", flush=True)
+    print(f"sanitize sample: {len(sample(count))} path cases run, {bad} law failure(s) (the gate judges those)",
+          flush=True)
     return 0
 
 
@@ -69,32 +86,39 @@ def summary_line(lines: list[str]) -> str:
     return next((l for l in reversed(lines) if "SUMMARY:" in l and "not printed" not in l), lines[-1] if lines else "")
 
 
-def main(spec: str, tools: list[str], count: int) -> int:
+def main(spec: str, tools: list[str], count: int | None) -> int:
+    """Every tool on the path cases, the tools side by side (each is one process on the one GPU)."""
     exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not os.path.exists(exe):
         print("rmsnorm sanitize: compute-sanitizer not found; it comes with the CUDA toolkit", file=sys.stderr)
         return 2
-    env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", RMSNORM_LINEINFO="1")
-    # Build first (outside the sanitizer, which would slow the compiler's own CUDA use).
-    subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], env=env, check=True)
-    results = []
     for tool in tools:
         if tool not in TOOLS:
             raise ValueError(f"unknown sanitizer tool {tool!r}; expected some of {TOOLS}")
+    cases = len(sample(count))
+    env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", RMSNORM_LINEINFO="1")
+    # Build first (outside the sanitizer, which would slow the compiler's own CUDA use).
+    subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], env=env, check=True)
+    running = []
+    for tool in tools:
         cmd = [exe, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
         if tool == "memcheck":
             cmd += ["--leak-check", "no"]
-        cmd += [sys.executable, "-m", "harness", "sanitize", "--inner", "--target", spec, "--cases", str(count)]
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd += [sys.executable, "-m", "harness", "sanitize", "--inner", "--target", spec, "--cases", str(cases)]
+        running.append((tool, time.perf_counter(), subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                                                     stderr=subprocess.STDOUT, text=True)))
+    results = []
+    for tool, t0, proc in running:
+        out, _ = proc.communicate()
         dt = time.perf_counter() - t0
-        tail = (p.stdout + p.stderr).strip().splitlines()
+        tail = out.strip().splitlines()
         summary = summary_line(tail)
-        ok = p.returncode == 0
+        ok = proc.returncode == 0
         results.append((tool, ok, summary, dt))
         print(f"{tool:10} {'clean' if ok else 'ERRORS'}  {summary.strip()}  ({dt:.0f} s)", flush=True)
         if not ok:
             print("\n".join(tail[-40:]), flush=True)
     bad = [r for r in results if not r[1]]
-    print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {count} cases of {spec}")
+    print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {cases} path cases of {spec} "
+          f"(side by side, {max(r[3] for r in results):.0f} s)")
     return 1 if bad else 0

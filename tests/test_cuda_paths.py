@@ -153,3 +153,34 @@ def test_backward_is_bitwise_deterministic(dtype):
             again = ops.backward(dy, x, w, inv)
             same = torch.equal(_bits(first[0]), _bits(again[0])) and torch.equal(_bits(first[1]), _bits(again[1]))
             assert same, f"{dtype} N={n}: backward differs run to run"
+
+
+def _launch_calls(fn) -> list[str]:
+    """The runtime or driver calls that launch a kernel, as the profiler saw them during fn()."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if "LaunchKernel" in e.name]
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float64), ids=str)
+def test_zero_rows_launch_nothing(dtype):
+    # An empty grid is an invalid launch: cudaLaunchKernelEx returns the error rather than leaving it
+    # for the launch check (the mutant cuda_zero_rows_empty_grid survived the suite on the H200).
+    ops = _ops()
+    vec = 16 // torch.empty((), dtype=dtype).element_size()
+    for n in (8 * vec, 2048 * vec, 7):  # rows in registers, a cluster or the staged path, the fallback
+        x1, w, dy1 = _inputs(1, n, dtype, dtype)
+        assert _launch_calls(lambda: ops.forward(x1, w, EPS)), "the profiler must see a launch (the precondition)"
+        x, dy = x1[:0], dy1[:0]
+        assert x.shape == (0, n)
+        calls = _launch_calls(lambda: ops.forward(x, w, EPS))
+        assert not calls, f"{dtype} N={n}: zero rows launched {calls}"
+        y, inv = ops.forward(x, w, EPS)
+        assert y.shape == (0, n) and inv.shape == (0,)
+        gx, gw = ops.backward(dy, x, w, inv)
+        torch.cuda.synchronize()
+        assert gx.shape == (0, n) and bool((gw == 0).all()), f"{dtype} N={n}: grad_weight of zero rows is not 0"

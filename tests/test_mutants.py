@@ -54,6 +54,7 @@ def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
     monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path))
     monkeypatch.setattr(mutate.mutants, "build_mutant", lambda m, **kw: (tmp_path / "lib.so", 0.0))
     monkeypatch.setattr(mutate, "baseline", lambda m, **kw: ("not run", ""))
+    monkeypatch.setattr(mutate, "replay_kept", lambda m, **kw: None)
 
     def judge(m, **kw):
         status, law = verdicts[m.name]
@@ -67,7 +68,8 @@ def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
 
 def test_mutate_gives_no_score_when_the_original_fails(monkeypatch, tmp_path, capsys):
     mutate = _fake_run(monkeypatch, tmp_path, {"original": ("killed", "batch_invariant"),
-                                               "cpu_tail_skipped": ("killed", "forward_matches_reference")}, {})
+                                               "cpu_tail_skipped": ("killed", "forward_matches_reference")},
+                        {"cpu_tail_skipped": "yes"})  # judged beside the original, but no score without it
     code = mutate.main(names=["cpu_tail_skipped"], device="cpu", profile="ci", jobs=1, with_baseline=False,
                        report=tmp_path / "score.md")
     err = capsys.readouterr().err

@@ -77,3 +77,36 @@ def test_backward_units_do_not_depend_on_the_device(plans):
     for dir_, n_vec, group, vpt, cta, cluster, units, staged in plans:
         if dir_ == "bwd" and vpt:
             assert units <= max(1, 132 * (1 if staged else 1024 // cta) // cluster), (n_vec, units)
+
+
+def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
+    """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
+    they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
+    both ways, the staged forward, aligned copies of misaligned rows, and zero rows."""
+    from harness.cases import DTYPES
+    from harness.sanitize import PATHS, sample
+
+    cases = sample()
+    assert len(cases) == len(PATHS)
+    fast = [(c, c.n // (16 // DTYPES[c.dtype].itemsize)) for c in cases
+            if c.dtype != "float64" and c.n % (16 // DTYPES[c.dtype].itemsize) == 0 and c.rows > 0]
+    cxx = shutil.which("c++") or shutil.which("g++")
+    src = tmp_path / "paths.cpp"
+    src.write_text('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+                   'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
+                   '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
+                   '    std::printf("%d %d %d %d %d %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
+                   ' int(b.staged));\n  }\n}\n')
+    subprocess.run([cxx, "-std=c++17", f"-I{ROOT / 'kernels'}", str(src), "-o", str(tmp_path / "paths")], check=True)
+    out = subprocess.run([str(tmp_path / "paths"), *[str(v) for _, v in fast]], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    plans = [tuple(map(int, line.split())) for line in out if line]
+    fwd = {(g, cl, st) for g, cl, st, *_ in plans}
+    bwd = {(g, cl) for *_, g, cl, st in plans}
+    assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
+    assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
+    assert {cl for g, cl in bwd} >= {1, 4, 8, 16} and (1024, 16) in bwd, bwd
+    assert any(c.dtype == "float64" and c.rows for c in cases) and any(
+        c.dtype != "float64" and c.n % (16 // DTYPES[c.dtype].itemsize) for c in cases)  # the fallback
+    assert {c.layout for c in cases} >= {"offset", "padded", "transposed"}  # staged copies, a contiguous copy
+    assert {c.dtype for c in cases if c.rows == 0} == {"bfloat16", "float64"}  # zero rows: fast path and fallback
