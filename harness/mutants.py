@@ -411,10 +411,16 @@ cpp_extension.load(name=%r, sources=srcs, build_directory=build_dir, with_cuda=w
 """ % MODULE_NAME
 
 
-def build_mutant(m: Mutant, *, log=None, slot: int = 0) -> tuple[Path, float]:
+SLOT_ENV = "RMSNORM_MUTANT_SLOT"  # the scratch tree a build outside mutate uses (default 0)
+
+
+def build_mutant(m: Mutant, *, log=None, slot: int | None = None) -> tuple[Path, float]:
     """Build (or find) the mutant's library; returns (path, seconds spent building). Builds in
-    different slots use different scratch trees, so they can run at the same time."""
+    different slots use different scratch trees, so they can run at the same time (the GPU lane's
+    sanitize step builds its mutants in a slot of its own, beside mutate's)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    if slot is None:
+        slot = int(os.environ.get(SLOT_ENV, "0"))
     with_cuda, _ = build.cuda_build_possible()
     files = _pristine_files()
     base = _base_key(files, with_cuda)

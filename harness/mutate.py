@@ -160,18 +160,25 @@ def kept_path(m: mutants.Mutant, device: str, kills_dir: Path | None = None) -> 
 def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None) -> Result | None:
     """The mutant on its kept case, in a worker of its own: a Result when that case kills it (a law
     fails, or the worker crashes or hangs), None when there is no kept case or it no longer kills."""
-    from . import corpus
-    from .worker import Runner
+    from . import corpus, laws
+    from .worker import HarnessError, Runner
 
     path = kept_path(m, device, kills_dir)
     if not path.is_file():
         return None
     entry = corpus.load_entry(path)
+    if entry.law not in laws.LAWS:
+        print(f"  {m.name}: its kept case names no law of the suite ({entry.law!r}): searching afresh", flush=True)
+        return None
     t0 = time.perf_counter()
     runner = Runner(f"mutant:{m.name}", device)
     try:
         runner.start()
         v = runner.check(entry.law, entry.case)
+    except HarnessError as e:  # the harness, not the mutant, failed on the case: the suite decides
+        print(f"  {m.name}: its kept case could not be replayed ({str(e).splitlines()[0][:200]}): searching afresh",
+              flush=True)
+        return None
     finally:
         runner.stop()
     if v.status not in ("fail", "crash", "hang"):
@@ -354,6 +361,12 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     original = Original(device)
 
     def one(m: mutants.Mutant) -> Result:
+        try:
+            return judged(m)
+        except Exception as e:  # noqa: BLE001 - that mutant's error, not the whole run's
+            return Result(m.name, m.lane, m.bug, m.echoes, "error", message=f"{type(e).__name__}: {e}"[-300:])
+
+    def judged(m: mutants.Mutant) -> Result:
         r = None if fresh else replay_kept(m, device=device, kills_dir=kills_dir)
         if r is not None:
             r.confirmed = original.confirm(r)
