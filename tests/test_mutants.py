@@ -33,9 +33,11 @@ def test_unknown_mutant_is_a_clear_error():
 
 
 def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
+    # Each mutant's kept case first (harness/mutant_kills/cpu/), the whole suite only where it no
+    # longer kills; two builds at once on the 2-core CI machine.
     report = tmp_path / "score.md"
-    code, out = run(["-m", "harness", "mutate", "--device", "cpu", "--profile", "ci", "--report", str(report)],
-                    timeout=3600)
+    code, out = run(["-m", "harness", "mutate", "--device", "cpu", "--profile", "ci", "-b", "2", "--report",
+                     str(report)], timeout=3600)
     assert code == 0, out[-6000:]
     expected = {m.name for m in mutants.select(None, mutants.lanes_for("cpu"))}
     table = report.read_text()
@@ -45,6 +47,11 @@ def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
     assert all(v["case"] and v["law"] for v in verdicts), verdicts
     assert all(v["confirmed"] == "yes" for v in verdicts), [v for v in verdicts if v["confirmed"] != "yes"]
     assert "the unmutated sources pass" in out and "time to kill: median" in out, out[-3000:]
+    from harness.mutate import KILLS
+
+    kept = {p.stem for p in (KILLS / "cpu").glob("*.json")}
+    assert kept >= expected, expected - kept  # every CPU mutant has a kept case
+    assert f"kills: {len(expected)} from kept cases, 0 from a fresh search" in out, out[-3000:]
 
 
 def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
@@ -91,3 +98,19 @@ def test_a_kill_the_original_shares_is_not_counted(monkeypatch, tmp_path, capsys
     assert "NOT COUNTED: batch_invariant failed, but the original fails it too" in out, out
     table = (tmp_path / "score.md").read_text()
     assert "| cpu_eps_outside_sqrt | cpu |" in table and "**not counted**" in table, table
+
+
+def test_a_kept_case_that_no_longer_kills_sends_the_mutant_to_the_suite(monkeypatch, tmp_path, capsys):
+    mutate = _fake_run(monkeypatch, tmp_path, {"original": ("survived", ""),
+                                               "cpu_tail_skipped": ("killed", "forward_matches_reference")},
+                       {"cpu_tail_skipped": "yes"})
+    (tmp_path / "cpu_tail_skipped.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(mutate, "replay_kept", lambda m, **kw: seen.append(m.name))  # None: it no longer kills
+    code = mutate.main(names=["cpu_tail_skipped"], device="cpu", profile="ci", jobs=1, with_baseline=False,
+                       report=tmp_path / "score.md", keep_new=True, kills_dir=tmp_path / "kills")
+    out = capsys.readouterr().out
+    assert code == 0 and seen == ["cpu_tail_skipped"], out
+    assert "KILLED by forward_matches_reference (a fresh search)" in out, out
+    assert "kills: 0 from kept cases, 1 from a fresh search" in out, out
+    assert (tmp_path / "kills" / "cpu" / "cpu_tail_skipped.json").read_text() == "{}"  # its new case kept
