@@ -189,12 +189,17 @@ def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None
 
 
 def keep(r: Result, device: str, kills_dir: Path | None = None) -> Path | None:
-    """Keep the case of a confirmed kill from a fresh search as the mutant's kept case."""
+    """Keep the case of a confirmed kill from a fresh search as the mutant's kept case (its replay
+    line names where it is kept, not the run's scratch folder)."""
     if not counts(r) or r.source != "search" or not r.corpus_file:
         return None
     dest = (kills_dir or KILLS) / device / f"{r.mutant}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(r.corpus_file, dest)
+    doc = json.loads(Path(r.corpus_file).read_text())
+    shown = dest.relative_to(ROOT) if dest.is_relative_to(KILLS) else dest  # the committed ones: from the root
+    if isinstance(doc, dict) and "replay" in doc:
+        doc["replay"] = f"python3 -m harness replay {shown}"
+    dest.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return dest
 
 

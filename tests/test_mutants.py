@@ -104,7 +104,7 @@ def test_a_kept_case_that_no_longer_kills_sends_the_mutant_to_the_suite(monkeypa
     mutate = _fake_run(monkeypatch, tmp_path, {"original": ("survived", ""),
                                                "cpu_tail_skipped": ("killed", "forward_matches_reference")},
                        {"cpu_tail_skipped": "yes"})
-    (tmp_path / "cpu_tail_skipped.json").write_text("{}")
+    (tmp_path / "cpu_tail_skipped.json").write_text('{"law": "forward_matches_reference", "replay": "elsewhere"}')
     seen = []
     monkeypatch.setattr(mutate, "replay_kept", lambda m, **kw: seen.append(m.name))  # None: it no longer kills
     code = mutate.main(names=["cpu_tail_skipped"], device="cpu", profile="ci", jobs=1, with_baseline=False,
@@ -113,4 +113,6 @@ def test_a_kept_case_that_no_longer_kills_sends_the_mutant_to_the_suite(monkeypa
     assert code == 0 and seen == ["cpu_tail_skipped"], out
     assert "KILLED by forward_matches_reference (a fresh search)" in out, out
     assert "kills: 0 from kept cases, 1 from a fresh search" in out, out
-    assert (tmp_path / "kills" / "cpu" / "cpu_tail_skipped.json").read_text() == "{}"  # its new case kept
+    kept = tmp_path / "kills" / "cpu" / "cpu_tail_skipped.json"  # its new case kept, its replay line naming it
+    assert json.loads(kept.read_text()) == {"law": "forward_matches_reference",
+                                            "replay": f"python3 -m harness replay {kept}"}
