@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = _read_steps(Path(args.log_dir), args.steps.split())
     over = args.limit is not None and args.wall > args.limit
     if over:
-        steps.append(("limit", f"FAILED (exit 1)", args.wall, f"the lane took {args.wall:.0f} s, past its "
+        steps.append(("limit", "FAILED (exit 1)", args.wall, f"the lane took {args.wall:.0f} s, past its "
                                                               f"{args.limit:.0f} s"))
     verdict = "PASSED" if steps and all(v == "PASSED" for _, v, _, _ in steps) else "FAILED"
     out = Path(args.out) if args.out else (JUDGE_RECORD if args.lane == "judge" else RECORD)

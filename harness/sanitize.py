@@ -64,7 +64,8 @@ def inner(spec: str, count: int | None) -> int:
 
     t = load(spec, "cuda", strict=False)
     bad = 0
-    for case in sample(count):
+    cases = sample(count)
+    for case in cases:
         for law in ("forward_matches_reference", "backward_matches_reference"):
             if law.startswith("backward") and not t.has_backward:
                 continue
@@ -75,7 +76,7 @@ def inner(spec: str, count: int | None) -> int:
             except (LawFailure, Crashed) as e:
                 bad += 1
                 print(f"sanitize sample: {law} failed: {str(e).splitlines()[0]}", flush=True)
-    print(f"sanitize sample: {len(sample(count))} path cases run, {bad} law failure(s) (the gate judges those)",
+    print(f"sanitize sample: {len(cases)} path cases run, {bad} law failure(s) (the gate judges those)",
           flush=True)
     return 0
 

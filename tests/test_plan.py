@@ -29,15 +29,19 @@ int main() {
 """
 
 
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory):
+def _run_plan_program(folder, source: str, *args: str) -> str:
+    """Compile a C++ program that includes rmsnorm_plan.h and return what it prints."""
     cxx = shutil.which("c++") or shutil.which("g++")
     assert cxx, "no C++ compiler on PATH (the CPU lane builds the extension with one)"
-    d = tmp_path_factory.mktemp("plan")
-    (d / "main.cpp").write_text(PROGRAM)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernels'}", str(d / "main.cpp"), "-o", str(d / "plan")],
-                   check=True, capture_output=True, text=True)
-    out = subprocess.run([str(d / "plan")], check=True, capture_output=True, text=True).stdout
+    (folder / "main.cpp").write_text(source)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'kernels'}", str(folder / "main.cpp"), "-o",
+                    str(folder / "plan")], check=True, capture_output=True, text=True)
+    return subprocess.run([str(folder / "plan"), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    out = _run_plan_program(tmp_path_factory.mktemp("plan"), PROGRAM)
     rows = []
     for line in out.splitlines():
         dir_, *nums = line.split()
@@ -88,25 +92,24 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
 
     cases = sample()
     assert len(cases) == len(PATHS)
-    fast = [(c, c.n // (16 // DTYPES[c.dtype].itemsize)) for c in cases
-            if c.dtype != "float64" and c.n % (16 // DTYPES[c.dtype].itemsize) == 0 and c.rows > 0]
-    cxx = shutil.which("c++") or shutil.which("g++")
-    src = tmp_path / "paths.cpp"
-    src.write_text('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-                   'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
-                   '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
-                   '    std::printf("%d %d %d %d %d %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
-                   ' int(b.staged));\n  }\n}\n')
-    subprocess.run([cxx, "-std=c++17", f"-I{ROOT / 'kernels'}", str(src), "-o", str(tmp_path / "paths")], check=True)
-    out = subprocess.run([str(tmp_path / "paths"), *[str(v) for _, v in fast]], check=True, capture_output=True,
-                         text=True).stdout.split("\n")
-    plans = [tuple(map(int, line.split())) for line in out if line]
+
+    def vec(c):  # elements of a 16-byte vector
+        return 16 // DTYPES[c.dtype].itemsize
+
+    fast = [c.n // vec(c) for c in cases if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
+    source = ('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+              'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
+              '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
+              '    std::printf("%d %d %d %d %d %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
+              ' int(b.staged));\n  }\n}\n')
+    out = _run_plan_program(tmp_path, source, *map(str, fast))
+    plans = [tuple(map(int, line.split())) for line in out.splitlines() if line]
     fwd = {(g, cl, st) for g, cl, st, *_ in plans}
     bwd = {(g, cl) for *_, g, cl, st in plans}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl in bwd} >= {1, 4, 8, 16} and (1024, 16) in bwd, bwd
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
-        c.dtype != "float64" and c.n % (16 // DTYPES[c.dtype].itemsize) for c in cases)  # the fallback
+        c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
     assert {c.layout for c in cases} >= {"offset", "padded", "transposed"}  # staged copies, a contiguous copy
     assert {c.dtype for c in cases if c.rows == 0} == {"bfloat16", "float64"}  # zero rows: fast path and fallback
