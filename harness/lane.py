@@ -94,8 +94,8 @@ def write(out: Path, *, verdict: str, commit: str, wall_s: float, machine: str, 
     else:
         trees = tree_ids(root)
         head = ["# The GPU lane", "",
-                "Written by `.ci/gpu-lane` at the end of a run. `tests/test_lane.py` (CPU lane, CI) fails when the trees",
-                "of `kernels/`, `binding/` or `sources.txt` differ from these, or the verdict is not PASSED."]
+                "Written by `.ci/gpu-lane` at the end of a run. `tests/test_lane.py` (CPU lane, CI) fails when the "
+                "trees", "of `kernels/`, `binding/` or `sources.txt` differ from these, or the verdict is not PASSED."]
     lines = head + ["",
              "| field | value |", "|---|---|",
              f"| verdict | {verdict} |", f"| commit | {commit} |",
