@@ -332,9 +332,6 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     if by_sanitizer:
         print(f"mutate: left to compute-sanitizer (the GPU lane's sanitize step), races the outputs need not show: "
               f"{', '.join(f'{m.name} ({m.sanitizer})' for m in by_sanitizer)}", flush=True)
-    # Each build slot's ninja gets its share of the cores (cpp_extension reads MAX_JOBS): eight slots of
-    # ninja -j(cores + 2) at once oversubscribe a 16-core machine many times over.
-    os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 1) // max(1, build_jobs))))
     import queue
 
     todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
