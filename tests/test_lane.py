@@ -2,6 +2,7 @@
 sources.txt equal those recorded in benchmarks/gpu-lane.md (harness.lane computes them as git does),
 and the recorded lane passed. The CPU lane cannot run CUDA: this is how it knows what ran."""
 
+import os
 import shutil
 import subprocess
 
@@ -49,3 +50,17 @@ def test_a_record_of_other_trees_or_a_failed_lane_is_refused():
         f"kernels is {current['kernels'][:12]} here, but the GPU lane passed 000000000000 (commit abc)"]
     assert lane.mismatches(passed.replace("PASSED", "FAILED"), current) == [
         "the recorded GPU lane did not pass (verdict 'FAILED')"]
+
+
+@pytest.mark.parametrize("lane,slots", [
+    ("", "slots: [paths gate] [mutate] [sanitize], then bench alone"),
+    ("judge", "slots: [peers] [card] [sheet]"),
+])
+def test_the_lanes_run_their_groups_side_by_side(lane, slots):
+    # Bash ignores assignments to GROUPS (its user's group ids): the lane once ran every step in one slot.
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "LANE_GROUPS", "LAST", "SLOTS")}
+    env.update(PLAN_ONLY="1", LOG_DIR=str(ROOT / ".build" / "gpu-lane-plan"), **({"STEPS": lane} if lane else {}))
+    p = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-lane")], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"gpu-lane: {slots}" in p.stdout.splitlines(), p.stdout
