@@ -2,6 +2,7 @@
 pool of signatures once a target is seen compiling, the budget as a bound, a declared row-length
 multiple, refusals explained by the one layout accepted, target messages without escape codes."""
 
+import re
 import time
 
 import pytest
@@ -23,10 +24,16 @@ def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one
     code, out, plain_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0"})
     assert code == 0, out[-3000:]
     assert "compiling:" not in out, out[-3000:]
-    code, out, compiling_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0.5"})
+    # The pool bounds the compiles (about 50 here, against one a case without it: hundreds). At 0.5 s each
+    # those 50 cost more than this fast target's whole gate on the 2-core CI machine (17-22 s), so the
+    # ratio measured the machine: at 0.2 s a compile the pool's 50 fit twice the time, a compile a case
+    # does not, and the count is held to apart.
+    code, out, compiling_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0.2"})
     assert code == 0, out[-3000:]
     line = next(ln for ln in out.splitlines() if ln.startswith("compiling:"))
     assert "first calls at new signatures" in line, line
+    compiles = int(re.search(r"in (\d+) first calls at new signatures", line).group(1))
+    assert compiles <= 64, line  # a few a law: the pool, not a compile for every case drawn
     assert compiling_s <= 2 * plain_s, f"{compiling_s:.0f} s with compiles against {plain_s:.0f} s without\n{line}"
 
 
