@@ -262,12 +262,14 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
     its own needs half of what it drew."""
     floor = coverage_floor()
     out = []
-    for law in sorted(set(t.by_law) | set(t.cut_short)):
+    for law in sorted(set(t.by_law) | set(t.cut_short) | set(t.applies)):
         c = t.by_law.get(law, {})
         total = sum(c.values())
         checked = c.get("pass", 0) + c.get("fail", 0) + c.get("crash", 0) + c.get("hang", 0)
-        # A law the budget cut short must have checked the floor itself before it ran out.
-        need = floor if law in t.cut_short else min(floor, -(-total // 2))
+        # A law the budget cut short must have checked the floor itself before it ran out, and a law
+        # that applies here but judged nothing (every case it reached was outside the contract, or
+        # its test ended early for any reason) fails: a gate cannot pass what it did not check.
+        need = floor if law in t.cut_short or total == 0 else min(floor, -(-total // 2))
         if checked < need:
             out.append((law, checked, total, need))
     return out
@@ -318,6 +320,11 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
         lines.append("FAIL coverage: never checked, every case refused: " + "; ".join(unchecked)
                      + ". If that is by design, declare the contract (--dtypes/--weight-dtypes/--layouts, or "
                      "RMSNORM_CONTRACT in the module) and the gate draws only inside it")
+    if t.outside_contract:
+        n = sum(len(v) for v in t.outside_contract.values())
+        lines.append(f"saved cases outside the declared contract, not applicable (not judged; each law drew its own): "
+                     f"{n}: " + "; ".join(f"{law} {len(v)} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
+                                          for law, v in sorted(t.outside_contract.items())))
     if t.cut_short:
         lines.append("cut short by the wall-time budget: " + ", ".join(sorted(t.cut_short))
                      + " (what they checked is judged; the rest was not drawn)")
@@ -325,6 +332,9 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
         if law in t.cut_short:
             lines.append(f"FAIL {law}: too few cases checked: {checked} before the wall-time budget ran out, "
                          f"{need} needed; give the gate a larger --budget")
+        elif total == 0:
+            lines.append(f"FAIL {law}: applies to this target but checked no case (its test ended before it drew "
+                         f"one; see the not-run and outside-contract lines above); {need} needed")
         else:
             lines.append(f"FAIL {law}: too few cases checked: {checked} of {total} ({total - checked} refused), "
                          f"{need} needed; declare the target's contract (--dtypes ..., RMSNORM_CONTRACT) so "
