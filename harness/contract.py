@@ -115,6 +115,17 @@ def from_module(module) -> dict | None:
     return None if d is None else {str(k): (list(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(d).items()}
 
 
+def of_target(module, spec: str) -> Contract:
+    """The contract a run holds a loaded target to: the command line's or RMSNORM_CONTRACT, else what
+    its module declares, else none declared (what harness.session.contract() says, asked in the
+    worker, where laws that build their own inputs need it)."""
+    c = from_env()
+    if c is not None:
+        return c
+    declared = from_module(module)
+    return Contract.from_dict(declared, f"declared by {spec}") if declared else Contract()
+
+
 def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
               no_zero_rows: bool, n_multiple_of: int | None = None) -> dict | None:
     """A declaration from command-line options, or None when none was given."""

@@ -1,0 +1,84 @@
+"""A verdict you can trust: every law judges inside the declared contract (gradcheck in the widest
+declared dtype, never float64 outside it), and the verdict comes from what the run recorded
+(issue: a verdict you can trust)."""
+
+import json
+import types
+
+import pytest
+import torch
+
+from harness import laws, target as tgt
+from harness.cases import Case
+from harness.target import LawFailure
+from tests._run import run
+
+CASE = dict(dtype="float32", weight_dtype="float32", eps=1e-6, layout="contiguous", grad_layout="contiguous",
+            pattern="normal", weight_pattern="normal")
+
+
+def _gradcheck(monkeypatch, contract, module="tests.targets.computes_in_float32", seeds=range(12), shape=(3, 8)):
+    if contract is None:
+        monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
+    else:
+        monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps(contract))
+    t = tgt.load(f"module:{module}", "cpu")
+    return t, [laws.run_law(t, "gradcheck", Case(shape=shape, seed=s, **CASE))["gradcheck_dtype"] for s in seeds]
+
+
+@pytest.mark.parametrize("contract, dtype", [
+    ({"dtypes": ["float32"]}, "float32"),
+    ({"dtypes": ["float32", "float16", "bfloat16"]}, "float32"),
+    ({"dtypes": ["bfloat16"]}, "bfloat16"),
+    ({"dtypes": ["float16"], "weight_dtypes": ["float32"]}, "float16"),
+])
+def test_gradcheck_runs_in_the_widest_declared_dtype_and_passes_a_float32_kernel(monkeypatch, contract, dtype):
+    _, ran = _gradcheck(monkeypatch, contract)
+    assert set(ran) == {dtype}
+
+
+def test_gradcheck_without_a_contract_still_holds_float64_to_float64(monkeypatch):
+    with pytest.raises(LawFailure, match=r"gradcheck \(torch.float64\) failed"):
+        _gradcheck(monkeypatch, None, seeds=[0])
+
+
+def test_gradcheck_in_a_half_dtype_still_catches_a_backward_without_its_correction(monkeypatch):
+    from tests.targets import computes_in_float32 as good
+
+    def no_correction(grad_out, x, weight, inv_rms):  # grad_x = dy * w * inv_rms: the x term left out
+        gx = (grad_out.float() * weight.float() * inv_rms.float().unsqueeze(-1)).to(x.dtype)
+        return gx, good.backward(grad_out, x, weight, inv_rms)[1]
+
+    broken = types.ModuleType("no_correction")
+    broken.forward, broken.backward = good.forward, no_correction
+    monkeypatch.setitem(__import__("sys").modules, "no_correction", broken)
+    for contract in ({"dtypes": ["bfloat16"]}, {"dtypes": ["float16"]}, {"dtypes": ["float32"]}):
+        with pytest.raises(LawFailure, match="gradcheck"):
+            _gradcheck(monkeypatch, contract, module="no_correction", seeds=[3])
+
+
+def test_gradcheck_keeps_n_a_multiple_of_what_the_contract_asks(monkeypatch):
+    seen = []
+    from tests.targets import computes_in_float32 as good
+
+    def forward(x, weight, eps):
+        seen.append(x.shape[-1])
+        if x.shape[-1] % 16:
+            raise ValueError(f"expected N a multiple of 16, but got {x.shape[-1]}")
+        return good.forward(x, weight, eps)
+
+    aligned = types.ModuleType("aligned16")
+    aligned.forward, aligned.backward = forward, good.backward
+    monkeypatch.setitem(__import__("sys").modules, "aligned16", aligned)
+    _gradcheck(monkeypatch, {"dtypes": ["float32"], "n_multiple_of": 16}, module="aligned16", seeds=[0],
+               shape=(2, 48))
+    assert seen and all(n % 16 == 0 for n in seen), seen
+
+
+def test_a_kernel_that_computes_in_float32_declared_float32_passes_every_law(tmp_path):
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.computes_in_float32",
+                     "--dtypes", "float32", "--corpus", str(tmp_path)], timeout=900)
+    assert code == 0, out[-3000:]
+    table = [line.split() for line in out.splitlines() if line[:1].islower() and len(line.split()) == 6
+             and line.split()[1].isdigit()]
+    assert len(table) >= 11 and all(row[4] == "0" for row in table), out[-3000:]
