@@ -29,6 +29,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--weight-dtypes", default=None, help="comma-separated: same (x's dtype), float32")
     c.add_argument("--layouts", default=None, help="comma-separated layouts of x and grad_out (harness.cases.LAYOUTS)")
     c.add_argument("--max-n", type=int, default=None, help="the largest N (last dimension) supported")
+    c.add_argument("--max-row-bytes", type=int, default=None, metavar="B",
+                   help="the longest row supported, in bytes of x (N * element size): one-block kernels")
     c.add_argument("--n-multiple-of", type=int, default=None, metavar="K",
                    help="N must be a multiple of K (kernels that need aligned rows)")
     c.add_argument("--no-zero-rows", action="store_true", help="inputs with zero rows are not supported")
@@ -57,7 +59,7 @@ def _apply_env(args) -> None:
     from .contract import ENV, from_args
 
     declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows,
-                         args.n_multiple_of)
+                         args.n_multiple_of, args.max_row_bytes)
     if declared is not None:
         import json
 

@@ -1,5 +1,6 @@
-"""What a target declares it supports: dtypes, weight dtypes, layouts, the largest N, N a multiple
-of some number (kernels that need aligned rows), zero rows.
+"""What a target declares it supports: dtypes, weight dtypes, layouts, the largest N, the largest
+row in bytes (one-block kernels that hold a row in shared memory or registers: N < 16384 in float32
+is N < 32768 in bfloat16), N a multiple of some number (kernels that need aligned rows), zero rows.
 
 A target declares it on the command line (``--dtypes float32 --layouts contiguous``), in the
 environment (RMSNORM_CONTRACT, JSON), or as an attribute of its module (``RMSNORM_CONTRACT = {...}``
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from .cases import DTYPES, LAYOUTS, Case
 
 WEIGHT_CHOICES = ("same", "float32")  # the weight in x's dtype, or float32
-KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "n_multiple_of", "zero_rows")
+KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "max_row_bytes", "n_multiple_of", "zero_rows")
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}  # bytes of an element of x
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Contract:
     weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
     layouts: tuple[str, ...] = LAYOUTS
     max_n: int | None = None
+    max_row_bytes: int | None = None  # N * x's element size at most this
     n_multiple_of: int = 1  # N a multiple of this (kernels that need aligned rows)
     zero_rows: bool = True
     source: str = ""  # where it was declared; "" when nothing was
@@ -55,21 +58,29 @@ class Contract:
         max_n = d.get("max_n")
         if max_n is not None and (not isinstance(max_n, int) or isinstance(max_n, bool) or max_n < 1):
             raise ValueError(f"contract ({source}): expected max_n to be an int >= 1, but got {max_n!r}")
+        row_bytes = d.get("max_row_bytes")
+        if row_bytes is not None and (not isinstance(row_bytes, int) or isinstance(row_bytes, bool) or row_bytes < 1):
+            raise ValueError(f"contract ({source}): expected max_row_bytes to be an int >= 1, but got {row_bytes!r}")
         multiple = d.get("n_multiple_of", 1)
         if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
             raise ValueError(f"contract ({source}): expected n_multiple_of to be an int >= 1, but got {multiple!r}")
         if max_n is not None and max_n < multiple:
             raise ValueError(f"contract ({source}): max_n {max_n} admits no N that is a multiple of {multiple}")
+        dtypes = choice("dtypes", tuple(DTYPES))
+        if row_bytes is not None and row_bytes < min(ITEMSIZE[t] for t in dtypes) * multiple:
+            raise ValueError(f"contract ({source}): max_row_bytes {row_bytes} admits no row of the declared dtypes "
+                             f"{list(dtypes)} (N a multiple of {multiple})")
         zero = d.get("zero_rows", True)
         if not isinstance(zero, bool):
             raise ValueError(f"contract ({source}): expected zero_rows to be true or false, but got {zero!r}")
-        return cls(dtypes=choice("dtypes", tuple(DTYPES)), weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
-                   layouts=choice("layouts", LAYOUTS), max_n=max_n, n_multiple_of=multiple, zero_rows=zero,
-                   source=source)
+        return cls(dtypes=dtypes, weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
+                   layouts=choice("layouts", LAYOUTS), max_n=max_n, max_row_bytes=row_bytes, n_multiple_of=multiple,
+                   zero_rows=zero, source=source)
 
     def to_dict(self) -> dict:
         return {"dtypes": list(self.dtypes), "weight_dtypes": list(self.weight_dtypes),
-                "layouts": list(self.layouts), "max_n": self.max_n, "n_multiple_of": self.n_multiple_of,
+                "layouts": list(self.layouts), "max_n": self.max_n, "max_row_bytes": self.max_row_bytes,
+                "n_multiple_of": self.n_multiple_of,
                 "zero_rows": self.zero_rows}
 
     def allows(self, case: Case) -> bool:
@@ -78,7 +89,15 @@ class Contract:
         return (case.dtype in self.dtypes and weight_ok
                 and case.layout in self.layouts and case.grad_layout in self.layouts
                 and (self.max_n is None or case.n <= self.max_n) and case.n % self.n_multiple_of == 0
+                and case.n <= self.max_n_for(case.dtype)
                 and (self.zero_rows or case.rows > 0))
+
+    def max_n_for(self, dtype: str) -> int:
+        """The largest N allowed in dtype (max_n and max_row_bytes; no limit: a large number)."""
+        n = self.max_n if self.max_n is not None else 1 << 62
+        if self.max_row_bytes is not None:
+            n = min(n, self.max_row_bytes // ITEMSIZE[dtype])
+        return n
 
     def describe(self) -> str:
         if not self.declared:
@@ -88,6 +107,9 @@ class Contract:
             parts.append(f"layouts {','.join(self.layouts)}")
         if self.max_n is not None:
             parts.append(f"N <= {self.max_n}")
+        if self.max_row_bytes is not None:
+            parts.append(f"rows <= {self.max_row_bytes} bytes (" + ", ".join(
+                f"N <= {self.max_n_for(t)} in {t}" for t in self.dtypes) + ")")
         if self.n_multiple_of > 1:
             parts.append(f"N a multiple of {self.n_multiple_of}")
         if not self.zero_rows:
@@ -127,7 +149,7 @@ def of_target(module, spec: str) -> Contract:
 
 
 def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
-              no_zero_rows: bool, n_multiple_of: int | None = None) -> dict | None:
+              no_zero_rows: bool, n_multiple_of: int | None = None, max_row_bytes: int | None = None) -> dict | None:
     """A declaration from command-line options, or None when none was given."""
     d: dict = {}
     for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts)):
@@ -135,6 +157,8 @@ def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None
             d[key] = [v for v in val.split(",") if v]
     if max_n is not None:
         d["max_n"] = max_n
+    if max_row_bytes is not None:
+        d["max_row_bytes"] = max_row_bytes
     if n_multiple_of is not None:
         d["n_multiple_of"] = n_multiple_of
     if no_zero_rows:

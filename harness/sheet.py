@@ -154,7 +154,13 @@ def largest_n_row(report: dict) -> dict:
     ns = [n for _, n in report["tally"].get("accepted", [])]
     if not ns:
         return {"ok": None, "text": "no case accepted"}
-    return {"ok": True, "text": f"{max(ns)} (the longest row it was judged on)", "n": max(ns)}
+    text = f"{max(ns)} (the longest row it was judged on)"
+    c = report.get("contract", {})
+    limits = ([f"N <= {c['max_n']}"] if c.get("max_n") else []) + \
+             ([f"rows <= {c['max_row_bytes']} bytes"] if c.get("max_row_bytes") else [])
+    if limits:
+        text += f"; declared: {', '.join(limits)}"
+    return {"ok": True, "text": text, "n": max(ns)}
 
 
 def accuracy(report: dict) -> dict:

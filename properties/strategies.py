@@ -130,8 +130,9 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     dtypes = tuple(d for d in dtypes if d in c.dtypes) or dtypes
     layouts = tuple(l for l in layouts if l in c.layouts) or layouts
     grad_layouts = tuple(l for l in grad_layouts if l in c.layouts) or grad_layouts
-    if c.max_n is not None:
-        shape_kw = dict(shape_kw, max_n=min(shape_kw["max_n"], c.max_n))
+    dtypes = tuple(d for d in dtypes if c.max_n_for(d) >= c.n_multiple_of) or dtypes
+    if c.max_n is not None or c.max_row_bytes is not None:  # the longest any drawable dtype allows
+        shape_kw = dict(shape_kw, max_n=min(shape_kw["max_n"], max(c.max_n_for(d) for d in dtypes)))
     if c.n_multiple_of > 1:
         shape_kw = dict(shape_kw, n_multiple=c.n_multiple_of)
     seed = draw(st.integers(0, 2**31 - 1))
@@ -146,6 +147,9 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk,
                         tail=_tail(seed)))
     dtype = draw(st.sampled_from(dtypes))
+    cap = c.max_n_for(dtype) // c.n_multiple_of * c.n_multiple_of
+    if shape[-1] > cap:  # a row longer than max_row_bytes allows in this dtype: the longest it allows
+        shape = shape[:-1] + (cap,)
     wdt = draw(st.sampled_from(tuple(w for w in ("same", "float32") if w in c.weight_dtypes)))
     okl = [l for l in layouts if layout_possible(l, shape)]
     assume(okl)  # e.g. an empty tensor cannot be strided

@@ -82,3 +82,40 @@ def test_a_kernel_that_computes_in_float32_declared_float32_passes_every_law(tmp
     table = [line.split() for line in out.splitlines() if line[:1].islower() and len(line.split()) == 6
              and line.split()[1].isdigit()]
     assert len(table) >= 11 and all(row[4] == "0" for row in table), out[-3000:]
+
+
+def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch, tmp_path):
+    from hypothesis import HealthCheck, given, settings
+
+    from harness import session
+    from harness.contract import Contract
+    from properties import strategies
+
+    c = Contract.from_dict({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 65535}, "test")
+    one = dict(CASE, dtype="bfloat16", weight_dtype="bfloat16")
+    assert c.allows(Case(shape=(2, 32767), seed=0, **one)) and not c.allows(Case(shape=(2, 32768), seed=0, **one))
+    assert c.allows(Case(shape=(2, 16383), seed=0, **CASE)) and not c.allows(Case(shape=(2, 16384), seed=0, **CASE))
+    with pytest.raises(ValueError, match="max_row_bytes"):
+        Contract.from_dict({"dtypes": ["float32"], "max_row_bytes": 3}, "test")
+
+    monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 1000}))
+    monkeypatch.setattr(session, "_CONTRACT", None)
+    drawn = []
+
+    @settings(max_examples=150, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(case=strategies.strategy_for("forward_matches_reference"))
+    def draw(case):
+        drawn.append(case)
+
+    draw()
+    small = session.contract()
+    assert all(small.allows(k) for k in drawn)
+    assert max(k.n for k in drawn if k.dtype == "float32") <= 250
+    assert max(k.n for k in drawn if k.dtype == "bfloat16") > 250  # bfloat16 keeps its longer rows
+    monkeypatch.setattr(session, "_CONTRACT", None)
+
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.row_bytes_limited",
+                     "--corpus", str(tmp_path), "--", "-k", "test_forward_matches_reference or test_rows_independent"],
+                    timeout=900)
+    assert code == 0, out[-3000:]
+    assert "rows <= 65535 bytes (N <= 16383 in float32, N <= 32767 in bfloat16)" in out, out[-3000:]
