@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from .locations import command
+
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_NS = tuple(1 << k for k in range(9, 19))  # 512 ... 262144
 DECODE_MS = (1, 8, 64, 512)
@@ -561,7 +563,7 @@ def plot(results: list[Result], ceiling: float, path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return (f"no plot: matplotlib is not installed here (pip install matplotlib, then "
-                f"python3 -m harness bench --plot {path.with_suffix('.json')})")
+                f"{command()} bench --plot {path.with_suffix('.json')})")
     results = [r for r in results if r.path == USERS]  # what users get; the operators are in the tables
     groups = [(d, k) for d in dict.fromkeys(r.dtype for r in results if r.direction != "decode")
               for k in ("forward", "backward")]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .build import ROOT
-from .locations import properties_dir, pytest_args as laws_pytest_args, work_root
+from .locations import command, properties_dir, pytest_args as laws_pytest_args, work_root
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -72,6 +72,8 @@ def commit(ignore: tuple[str, ...] = ()) -> str:
     files other than those matching `ignore` (git pathspecs) have changed."""
     if os.environ.get("COMMIT"):  # set by .ci/gpu-lane on machines that get the tree without git
         return os.environ["COMMIT"]
+    if not _in_a_clone():
+        return "unknown"
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", "."]
@@ -79,6 +81,31 @@ def commit(ignore: tuple[str, ...] = ()) -> str:
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except OSError:
         return "unknown"
+
+
+def _in_a_clone() -> bool:
+    """Whether the harness runs from a clone of this project (its folder is a git checkout's top),
+    not from an installed copy, which may sit inside some other repository (a Python installation's
+    own checkout once lent the gate its commit)."""
+    try:
+        top = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True).stdout.strip()
+    except OSError:
+        return False
+    return bool(top) and Path(top).resolve() == Path(ROOT).resolve()
+
+
+def provenance() -> str:
+    """What a verdict line names the harness by: the commit in a clone ($COMMIT when set), else the
+    installed package's version."""
+    if os.environ.get("COMMIT") or _in_a_clone():
+        return f"commit {commit()}"
+    from importlib import metadata
+
+    try:
+        return f"rmsnorm-gate {metadata.version('rmsnorm-gate')} (installed)"
+    except metadata.PackageNotFoundError:
+        return "commit unknown (not a clone, not installed)"
 
 
 def cmd_build(args) -> int:
@@ -106,10 +133,11 @@ def cmd_build(args) -> int:
 
 
 DEFAULT_BUDGET_S = 1200.0  # 20 minutes: the gate in a CI job, with room for a cold build before it
-EXIT_PASSED, EXIT_FAILED, EXIT_SETUP, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_CODES = ("exit codes: 0 passed; 1 the target failed (a law broke, or too few cases were checked); "
-              "2 usage or set-up error (no GPU, the target does not build or import, toolchain broken); "
-              "130 interrupted")
+EXIT_PASSED, EXIT_FAILED, EXIT_SETUP, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_CODES = ("exit codes: 0 passed; 1 the target failed (a law broke, or too few cases were checked), however "
+              "the run stopped; 2 usage or set-up error (no GPU, the target does not build or import, toolchain "
+              "broken); 130 interrupted by Ctrl-C (SIGINT) and 143 by SIGTERM, with nothing failed: the report of "
+              "what was checked is printed either way")
 
 
 class SetupError(Exception):
@@ -152,7 +180,7 @@ def preflight(what: str) -> None:
 
 
 def _setup_failed(cmd: str, e: SetupError) -> int:
-    print(f"python3 -m harness {cmd}: set-up error: {e}", file=sys.stderr, flush=True)
+    print(f"{command()} {cmd}: set-up error: {e}", file=sys.stderr, flush=True)
     return EXIT_SETUP
 
 
@@ -171,10 +199,10 @@ def cmd_gate(args) -> int:
     except KeyboardInterrupt:
         from . import session
 
-        print(f"\nrmsnorm gate INTERRUPTED: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
+        print(f"\nrmsnorm gate INTERRUPTED: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
               f"during set-up (building and loading the target), {time.perf_counter() - t_setup:.0f} s wall; "
               "no law ran")
-        return EXIT_INTERRUPTED
+        return interrupts.exit_code()
     if args.budget <= 0:
         raise ValueError(f"gate: expected --budget > 0 seconds, but got {args.budget:g}")
     from .session import BUDGET_ENV
@@ -208,14 +236,21 @@ def cmd_gate(args) -> int:
 
     code = {pytest.ExitCode.OK: EXIT_PASSED, pytest.ExitCode.TESTS_FAILED: EXIT_FAILED,
             pytest.ExitCode.INTERRUPTED: EXIT_INTERRUPTED}.get(code, EXIT_SETUP)
-    if interrupts.requested():  # a Ctrl-C after the last case: the run still ends as interrupted
-        code = EXIT_INTERRUPTED
-    verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED", EXIT_INTERRUPTED: "INTERRUPTED"}.get(code, "SET-UP ERROR")
-    from .pytest_plugin import COVERAGE_VERDICT
+    from .pytest_plugin import COVERAGE_VERDICT, RECORDED
+
+    # The verdict from what the run recorded: a law that failed fails the run however it stopped
+    # (-x, --maxfail, -n, a signal); interrupted only when a signal stopped it with nothing failed.
+    if (RECORDED["failed"] or (RECORDED["worker_down"] and not interrupts.received())) and code != EXIT_SETUP:
+        code = EXIT_FAILED
+    elif interrupts.requested() or interrupts.received() or code == EXIT_INTERRUPTED:  # laws cut off by a signal are not a failure
+        code = interrupts.exit_code()
+    verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED"}.get(code, "SET-UP ERROR")
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        verdict = f"INTERRUPTED ({interrupts.signal_name()})"
 
     if code == EXIT_FAILED and COVERAGE_VERDICT:  # every test that ran passed: the floors failed it
         verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
-    print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
+    print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
 
@@ -342,7 +377,7 @@ def cmd_bench(args) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print(f"python3 -m harness bench: set-up error: the benchmark needs a CUDA GPU, and torch {torch.__version__} "
+        print(f"{command()} bench: set-up error: the benchmark needs a CUDA GPU, and torch {torch.__version__} "
               "sees none here", file=sys.stderr)
         return EXIT_SETUP
     dtypes = _csv(args.dtypes, "--dtypes", tuple(bench.DTYPES))
@@ -374,7 +409,7 @@ def cmd_sheet(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print(f"python3 -m harness sheet: set-up error: device cuda was asked for, but torch {torch.__version__} "
+            print(f"{command()} sheet: set-up error: device cuda was asked for, but torch {torch.__version__} "
                   "sees no GPU here", file=sys.stderr)
             return EXIT_SETUP
     default = "project,peer:hf,peer:native" + (",peer:liger" if device == "cuda" else "")
@@ -395,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     from .locations import keep_caches_out_of_tmp
 
     keep_caches_out_of_tmp()
-    p = argparse.ArgumentParser(prog="python3 -m harness", description="RMSNorm extension and its correctness gate",
+    from .locations import COMMAND_ENV
+
+    os.environ.setdefault(COMMAND_ENV, command())  # its workers and subprocesses name it the same way
+    p = argparse.ArgumentParser(prog=command(), description="RMSNorm extension and its correctness gate",
                                 epilog=EXIT_CODES)
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -514,8 +552,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as e:
         if os.environ.get("RMSNORM_TRACEBACK") == "1":
             raise
-        print(f"python3 -m harness {args.cmd}: error: {e} (RMSNORM_TRACEBACK=1 shows where)", file=sys.stderr)
+        print(f"{command()} {args.cmd}: error: {e} (RMSNORM_TRACEBACK=1 shows where)", file=sys.stderr)
         return EXIT_SETUP
     except KeyboardInterrupt:
+        from . import interrupts
+
         print("\ninterrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupts.exit_code()

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from .cases import Case, materialize
-from .locations import corpus_root as _corpus_root, regressions_dir
+from .locations import command, corpus_root as _corpus_root, regressions_dir
 
 SMALL_TENSOR_ELEMENTS = 4096  # store the tensors themselves up to this size
 
@@ -104,7 +104,7 @@ def save(law: str, case: Case, *, error: str, target: dict, device: str, shrunk:
         "python": platform.python_version(),
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tensors_torch_save_b64": _tensors_blob(case),
-        "replay": f"python3 -m harness replay {path}",
+        "replay": f"{command()} replay {path}",
     }
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
     try:

@@ -203,7 +203,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
         if status is not None:
             _write_json(status, {"done": True, "interrupted": True, "elapsed": time.time() - t_setup,
                                  "tally": session.TALLY.to_json(), "failed": {}, "not_run": {}, "ran": []})
-            return 130
+            return interrupts.exit_code()
         return interrupted_in_set_up(time.time() - t_setup)
     state = {"law": "-", "failed": {}, "not_run": {}, "ran": set()}
     # Tests whose law does not apply here (CUDA-only on the CPU, this project's operators, optional
@@ -260,7 +260,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
         _write_json(status, {"done": True, "interrupted": interrupted, "elapsed": elapsed,
                              "tally": session.TALLY.to_json(), "failed": state["failed"],
                              "not_run": state["not_run"], "ran": sorted(state["ran"])})
-        return 130 if interrupted else (1 if state["failed"] else 0)
+        return 1 if state["failed"] else (interrupts.exit_code() if interrupted else 0)
     print(file=sys.stderr)
     return _report(session.TALLY, state, tests, elapsed, interrupted)
 
@@ -269,14 +269,14 @@ def interrupted_in_set_up(elapsed: float) -> int:
     """The report of a session interrupted before it checked a case (exit 130)."""
     print(f"fuzz report: 0 cases in {elapsed:.0f} s, interrupted during set-up (before any case was drawn)")
     print(verdict_line("INTERRUPTED", 0, elapsed))
-    return 130
+    return interrupts.exit_code()
 
 
 def verdict_line(verdict: str, cases: int, elapsed: float) -> str:
     from . import session
-    from .cli import commit
+    from .cli import provenance
 
-    return (f"rmsnorm fuzz {verdict}: lane {session.lane()}, target {session.target_spec()}, commit {commit()}, "
+    return (f"rmsnorm fuzz {verdict}: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
             f"{cases} cases in {elapsed:.0f} s")
 
 
@@ -301,8 +301,10 @@ def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_wo
     for law, msg in state["failed"].items():
         if not any(f["law"] == law for f in tally.failures):
             print(f"FAILED {law}: {msg}")
-    code = 130 if interrupted else (1 if state["failed"] else 0)
-    print(verdict_line({130: "INTERRUPTED", 1: "FAILED", 0: "PASSED"}[code], total, elapsed))
+    # A law that failed fails the session, interrupted or not; interrupted only with nothing failed.
+    code = 1 if state["failed"] else (interrupts.exit_code() if interrupted else 0)
+    print(verdict_line({1: "FAILED", 0: "PASSED"}.get(code, f"INTERRUPTED ({interrupts.signal_name()})"), total,
+                       elapsed))
     return code
 
 

@@ -83,10 +83,19 @@ def pytest_args() -> list[str]:
         tmp = ini.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(PYTEST_INI)
         os.replace(tmp, ini)
-    # The plugin (options, profiles), unless pip's entry point registers it already: the ini of its
-    # own keeps the repository's conftest.py, which would register it, out of these runs.
-    plugin = [] if plugin_installed() else ["-p", "harness.pytest_plugin"]
-    return [f"--rootdir={properties_dir().parent}", "-c", str(ini), "-p", "no:cacheprovider", *plugin]
+    # Only the plugins the laws need: other installed plugins are not loaded (one printed five
+    # warnings into every gate), so PYTEST_DISABLE_PLUGIN_AUTOLOAD, inherited by the xdist workers
+    # and any pytest subprocess, and the needed ones by name: Hypothesis', xdist's and this one
+    # (options, profiles). The ini of its own keeps the repository's conftest.py out of these runs.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugins = ["-p", "_hypothesis_pytestplugin", "-p", "harness.pytest_plugin"]
+    try:
+        import xdist  # noqa: F401
+
+        plugins += ["-p", "xdist.plugin", "-p", "xdist.looponfail"]
+    except ImportError:
+        pass
+    return [f"--rootdir={properties_dir().parent}", "-c", str(ini), "-p", "no:cacheprovider", *plugins]
 
 
 def plugin_installed() -> bool:
@@ -112,3 +121,18 @@ def keep_caches_out_of_tmp() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         os.environ["TMPDIR"] = str(tmp)
         tempfile.tempdir = None  # gettempdir() asks again
+
+
+COMMAND_ENV = "RMSNORM_COMMAND"
+
+
+def command() -> str:
+    """How the user runs this tool, for help, errors and replay lines: `rmsnorm-gate` when started
+    by the installed console command, else `python3 -m harness` (a clone). Set in the environment
+    by the first process, so its workers and subprocesses name it the same way."""
+    import sys
+
+    v = os.environ.get(COMMAND_ENV)
+    if v:
+        return v
+    return "rmsnorm-gate" if Path(sys.argv[0] or "").name == "rmsnorm-gate" else "python3 -m harness"

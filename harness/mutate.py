@@ -41,7 +41,7 @@ from pathlib import Path
 
 from . import mutants
 from .build import ROOT
-from .locations import properties_dir, pytest_args
+from .locations import command, properties_dir, pytest_args
 
 KILLS = Path(__file__).resolve().parent / "mutant_kills"  # the kept killing cases: DEVICE/NAME.json
 
@@ -198,7 +198,7 @@ def keep(r: Result, device: str, kills_dir: Path | None = None) -> Path | None:
     doc = json.loads(Path(r.corpus_file).read_text())
     shown = dest.relative_to(ROOT) if dest.is_relative_to(KILLS) else dest  # the committed ones: from the root
     if isinstance(doc, dict) and "replay" in doc:
-        doc["replay"] = f"python3 -m harness replay {shown}"
+        doc["replay"] = f"{command()} replay {shown}"
     dest.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return dest
 
@@ -309,7 +309,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     chosen = [m for m in chosen if m.by_suite]
     if not chosen:
         raise ValueError(f"no mutants for the suite among those chosen: {', '.join(m.name for m in by_sanitizer)} "
-                         "are judged by compute-sanitizer (python3 -m harness sanitize --target mutant:NAME)")
+                         f"are judged by compute-sanitizer ({command()} sanitize --target mutant:NAME)")
     problems = mutants.check_catalogue()
     if problems:
         raise ValueError("the mutant catalogue does not match the sources:\n  " + "\n  ".join(problems))
@@ -433,7 +433,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
         original.stop()
     base = base_box[0] if base_box else Result("original", "both", "", "", "error", message="not judged")
     if base.status != "survived":
-        print(f"python3 -m harness mutate: set-up error: {_baseline_failure(base)}", file=sys.stderr, flush=True)
+        print(f"{command()} mutate: set-up error: {_baseline_failure(base)}", file=sys.stderr, flush=True)
         return 2
     print(f"mutate: the unmutated sources pass ({base.seconds:.0f} s)", flush=True)
     ordered = [results[m.name] for m in chosen]

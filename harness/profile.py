@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .build import ROOT
+from .locations import command
 
 RANGE = "rmsnorm_profile"
 STALLS = ("long_scoreboard", "barrier", "lg_throttle", "membar", "short_scoreboard", "wait", "math_pipe_throttle",
@@ -151,12 +152,12 @@ def main(args) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("python3 -m harness profile: set-up error: profiling needs a CUDA GPU, and torch "
+        print(f"{command()} profile: set-up error: profiling needs a CUDA GPU, and torch "
               f"{torch.__version__} sees none here", file=sys.stderr)
         return 2
     ncu = find_ncu()
     if ncu is None:
-        print("python3 -m harness profile: set-up error: Nsight Compute (ncu) was not found on PATH, "
+        print(f"{command()} profile: set-up error: Nsight Compute (ncu) was not found on PATH, "
               "/usr/local/cuda/bin or /opt/nvidia/nsight-compute", file=sys.stderr)
         return 2
     try:
@@ -165,13 +166,13 @@ def main(args) -> int:
         if m < 1 or n < 1:
             raise ValueError
     except ValueError:
-        print(f"python3 -m harness profile: --shape: expected MxN with positive integers (e.g. 16384x4096), "
+        print(f"{command()} profile: --shape: expected MxN with positive integers (e.g. 16384x4096), "
               f"but got {args.shape!r}", file=sys.stderr)
         return 2
     from .bench import DTYPES
 
     if args.dtype not in DTYPES:
-        print(f"python3 -m harness profile: --dtype: expected one of {', '.join(DTYPES)}, but got {args.dtype!r}",
+        print(f"{command()} profile: --dtype: expected one of {', '.join(DTYPES)}, but got {args.dtype!r}",
               file=sys.stderr)
         return 2
     out_dir = Path(args.out)
@@ -190,7 +191,7 @@ def main(args) -> int:
     rows = parse(proc.stdout)
     if proc.returncode != 0 or not rows:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        print(f"python3 -m harness profile: ncu exited {proc.returncode} with {len(rows)} kernel(s) profiled:\n{tail}",
+        print(f"{command()} profile: ncu exited {proc.returncode} with {len(rows)} kernel(s) profiled:\n{tail}",
               file=sys.stderr)
         return 1
     elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()

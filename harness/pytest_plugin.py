@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,9 @@ def pytest_configure(config):
     if opt("--rmsnorm-lenient"):
         os.environ["RMSNORM_STRICT"] = "0"
     config._rmsnorm_active = _active(config)
+    if not _is_xdist_worker(config):
+        RECORDED.clear()
+        _RECORDING["on"] = config._rmsnorm_active
     if config._rmsnorm_active:
         from .locations import keep_caches_out_of_tmp
 
@@ -87,6 +91,24 @@ def pytest_configure(config):
         # The xdist workers write their tallies here; removed when the run ends (pytest_unconfigure).
         config._rmsnorm_tally_dir = tempfile.mkdtemp(prefix="rmsnorm-tally-")
         os.environ["RMSNORM_TALLY_DIR"] = config._rmsnorm_tally_dir
+
+
+# What the laws' tests recorded in this run, in the process that reports it (the xdist controller
+# gets every worker's reports): the gate's verdict comes from these, not from how pytest stopped
+# (with -x under -n, xdist ends a failing run as "interrupted").
+RECORDED: Counter = Counter()
+_RECORDING = {"on": False}
+
+
+def pytest_runtest_logreport(report):
+    if not _RECORDING["on"]:
+        return
+    if report.failed and "crashed while running" in str(report.longrepr):
+        RECORDED["worker_down"] += 1  # an xdist worker lost: a failure unless a signal took it down
+    elif report.failed:
+        RECORDED["failed"] += 1
+    elif report.passed and report.when == "call":
+        RECORDED["passed"] += 1
 
 
 def pytest_unconfigure(config):
@@ -196,6 +218,10 @@ FUZZ_DRIVER = "RMSNORM_FUZZ_DRIVER"  # set by harness.fuzz, which keeps the tall
 def pytest_sessionfinish(session: pytest.Session, exitstatus):
     if os.environ.get(FUZZ_DRIVER) or not getattr(session.config, "_rmsnorm_active", False):
         return
+    if not _is_xdist_worker(session.config):
+        from . import interrupts
+
+        interrupts.acknowledge()  # the run is over: what follows is its report, which a signal must not cut
     d = os.environ.get("RMSNORM_TALLY_DIR")
     if d and _state.TALLY.by_law:
         _state.write_tally(Path(d))
@@ -328,6 +354,10 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
     if t.cut_short:
         lines.append("cut short by the wall-time budget: " + ", ".join(sorted(t.cut_short))
                      + " (what they checked is judged; the rest was not drawn)")
+    if t.shrink_cut:
+        lines.append("shrinking cut short by the wall-time budget: " + ", ".join(sorted(t.shrink_cut))
+                     + " (their failing cases are real, a smaller one may fail too: replay it, or rerun with a "
+                     "larger --budget)")
     for law, checked, total, need in too_few_checked(t):
         if law in t.cut_short:
             lines.append(f"FAIL {law}: too few cases checked: {checked} before the wall-time budget ran out, "

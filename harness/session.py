@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from . import corpus
+from .locations import command
 from .cases import Case
 from .target import default_device, identity_of, parse_spec
 from .worker import HarnessError, Runner, Verdict, lane_of
@@ -45,6 +46,7 @@ class Tally:
         self.unverified_rows = 0
         self.failures: list[dict] = []
         self.cut_short: Counter = Counter()  # laws the wall-time budget stopped
+        self.shrink_cut: Counter = Counter()  # failed laws whose shrinking the budget stopped: candidates not run
         # Laws that reached a case with the target able to run them (they apply on this target and
         # lane): each must check its floor, whatever became of its cases.
         self.applies: set[str] = set()
@@ -106,6 +108,7 @@ class Tally:
             "failures": self.failures,
             "worker": dict(self.worker),
             "cut_short": dict(self.cut_short),
+            "shrink_cut": dict(self.shrink_cut),
             "applies": sorted(self.applies),
             "outside_contract": {k: v for k, v in self.outside_contract.items()},
             "first_calls": self.first_calls,
@@ -129,6 +132,7 @@ class Tally:
         self.failures += d.get("failures", [])
         self.worker.update(d.get("worker", {}))
         self.cut_short.update(d.get("cut_short", {}))
+        self.shrink_cut.update(d.get("shrink_cut", {}))
         self.applies |= set(d.get("applies", []))
         for k, names in d.get("outside_contract", {}).items():
             self.outside_contract[k] += [n for n in names if n not in self.outside_contract[k]]
@@ -422,10 +426,13 @@ def check(law: str, case: Case) -> Verdict:
             TALLY.outside_contract[law].append(name)
         return Verdict("not_applicable", "a saved case outside the declared contract")
     _budget_check(law)
+    past = _past_budget_shrinking(law, case)
+    if past is not None:
+        return past
     v = r.check(law, case, deadline=_budget_end(law))
     if v.status == "cut_short":
         TALLY.cut_short[law] += 1
-        _skip(law, "cut short by the wall-time budget (--budget) with a case still running")
+        _skip(law, f"cut short by the wall-time budget (--budget) with a case still running: {case.short()}")
     if v.status == "rejected" and c.declared:  # every law draws inside a declared contract, gradcheck too
         v = Verdict("fail", f"{v.message}\n  (refused an input inside the target's {c.describe().split(' (drawn')[0]})"
                             f"\n  case: {case.short()}", v.facts, v.seconds)
@@ -435,6 +442,7 @@ def check(law: str, case: Case) -> Verdict:
     if v.status == "not_applicable":
         raise HarnessError(f"law {law} drew a case it does not apply to ({v.message}): fix its strategy")
     FAILED_LAWS.add(law)
+    _FAILED_CASES[(law, case)] = v
     message = f"[{v.status}] {v.message}"
     if (law, case) in SEED_ORIGIN:
         message += f"\n  (this case is {SEED_ORIGIN[(law, case)]})"
@@ -446,13 +454,13 @@ def check(law: str, case: Case) -> Verdict:
             if prev is not None and prev != path:
                 prev.unlink(missing_ok=True)
             TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message})
-            message += f"\n  saved: {path}\n  replay: python3 -m harness replay {path}"
+            message += f"\n  saved: {path}\n  replay: {command()} replay {path}"
         elif law not in _SAVED_PROVISIONAL:  # first failure of the law: keep it even if we are stopped
             _SAVED_PROVISIONAL[law] = corpus.save(law, case, error=message, target=identity(), device=r.device,
                                                   shrunk=False)
     except OSError as e:
         message += f"\n  (could not save the case: {e})"
-    raise GateFailure(message)
+    _raise_failure(message)
 
 
 def _require(law: str, info_: dict) -> None:
@@ -474,6 +482,41 @@ def _require(law: str, info_: dict) -> None:
 
 
 BUDGET_ENV = "RMSNORM_BUDGET_END"  # epoch seconds after which no new case is drawn
+
+
+def _raise_failure(message: str) -> None:
+    """Every failure of a law is raised here, on one line: Hypothesis tells failures apart by where
+    they were raised, and a failure replayed once shrinking is past the budget must be the same one."""
+    raise GateFailure(message)
+
+
+_FAILED_CASES: dict = {}  # (law, case) -> the failing verdict: replayed as it was once shrinking is past the budget
+
+
+def _past_budget_shrinking(law: str, case: Case) -> "Verdict | None":
+    """Past the wall-time budget, a failed law's shrinking stops: a case already seen failing fails
+    again as it did (Hypothesis replays its best one at the end), any other is not run and stands
+    as not failing, so the shrinker ends on what it has, at once. None: run the case."""
+    end = os.environ.get(BUDGET_ENV)
+    if not end or law not in FAILED_LAWS or time.time() <= float(end):
+        return None
+    TALLY.shrink_cut[law] += 1
+    known = _FAILED_CASES.get((law, case))
+    if known is None:
+        return Verdict("pass", "not run: shrinking cut short by the wall-time budget", {}, 0.0)
+    message = f"[{known.status}] {known.message}\n  (shrinking cut short by the wall-time budget: a smaller case may fail too)"
+    final = _is_final()
+    if final:
+        try:
+            path = corpus.save(law, case, error=message, target=identity(), device=runner().device, shrunk=True)
+            prev = _SAVED_PROVISIONAL.pop(law, None)
+            if prev is not None and prev != path:
+                prev.unlink(missing_ok=True)
+            TALLY.failures.append({"law": law, "status": known.status, "file": str(path), "message": known.message})
+            message += f"\n  saved: {path}\n  replay: {command()} replay {path}"
+        except OSError as e:
+            message += f"\n  (could not save the case: {e})"
+    _raise_failure(message)
 
 
 def _budget_end(law: str) -> float | None:

@@ -294,7 +294,12 @@ def load(spec: str, device: str, strict: bool | None = None) -> Target:
         has_ops = True
     elif spec.startswith("module:"):
         import importlib
+        import sys
 
+        # The current folder importable, as under `python -m`: the console command does not add it,
+        # and a module target beside the user once needed PYTHONPATH=.
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
         module = importlib.import_module(spec[7:])
         note = f"prebuilt module {spec[7:]}"
         has_ops = False

@@ -8,11 +8,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_CORPUS: list[str] = []
+
+
+def _session_corpus() -> str:
+    if not _CORPUS:
+        import tempfile
+
+        _CORPUS.append(tempfile.mkdtemp(prefix="rmsnorm-test-corpus-"))
+    return _CORPUS[0]
+
+
 def run(args, *, env=None, timeout=900):
     e = dict(os.environ)
     for k in ("RMSNORM_TARGET", "RMSNORM_STRICT", "RMSNORM_CORPUS", "RMSNORM_TALLY_DIR", "PYTEST_XDIST_WORKER",
               "RMSNORM_CONTRACT", "RMSNORM_CONTRACT_FROM", "RMSNORM_BUILT", "RMSNORM_BUDGET_END"):
         e.pop(k, None)
+    # Saved cases go to a folder of this test session, never the clone's corpus/ (a gate without
+    # --corpus once left corpus/module-tests.targets.batch_variant/ there); --corpus still wins.
+    e["RMSNORM_CORPUS"] = _session_corpus()
     e.update(env or {})
     p = subprocess.run([sys.executable, *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr

@@ -88,3 +88,27 @@ def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, tmp
     assert code == 1, out[-4000:]
     assert "forward_matches_reference" in out and "replay:" in out, out[-3000:]
     assert list((repo / "corpus").rglob("*.json")), "the failing case is saved in the repository's corpus"
+
+
+def test_the_console_command_names_itself_its_version_and_takes_a_module_beside_the_user(installed, tmp_path):
+    """Installed, it once named the commit of whatever repository site-packages sat in, said
+    `python3 -m harness` in its help and replay lines, needed PYTHONPATH=. for a module beside the
+    user, and printed another installed plugin's warnings into the gate."""
+    venv, _, env = installed
+    gate = str(venv / "bin" / "rmsnorm-gate")
+    code, out = _run([gate, "--help"], tmp_path, env)
+    assert code == 0 and out.startswith("usage: rmsnorm-gate"), out[:500]
+    (tmp_path / "mine_wrong.py").write_text(textwrap.dedent('''
+        import torch
+
+        def forward(x, weight, eps):
+            inv = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + eps)
+            return (x.double() * inv * weight.double() * 1.01).to(x.dtype)
+        '''))
+    code, out = _run([gate, "gate", "--device", "cpu", "--target", "module:mine_wrong", "--corpus", str(tmp_path / "c"),
+                      "--", "-k", "test_forward_matches_reference and not large and not tall"], tmp_path, env)
+    assert code == 1, out[-3000:]
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert f"target module:mine_wrong, rmsnorm-gate {version} (installed)" in out, out[-2000:]
+    assert "replay: rmsnorm-gate replay " in out and "python3 -m harness" not in out, out[-3000:]
+    assert "PytestBenchmarkWarning" not in out, out[-3000:]  # a plugin the gate does not need

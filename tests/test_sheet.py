@@ -12,8 +12,9 @@ from tests._run import run
 VARIANT = "module:tests.targets.batch_variant"
 
 
-def gate(*args):
-    return run(["-m", "harness", "gate", "--device", "cpu", *args], timeout=900)
+def gate(corpus, *args):
+    """A gate whose saved cases go to corpus (a test's own folder), not the clone's corpus/."""
+    return run(["-m", "harness", "gate", "--device", "cpu", "--corpus", str(corpus), *args], timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -64,23 +65,23 @@ def test_the_sheet_is_a_view_of_the_laws():
     assert imported & {"laws.registry"}, imported  # which optional laws a target is held to: the laws' own rule
 
 
-def test_batch_invariance_is_held_only_when_required():
-    code, out = gate("--target", VARIANT, "--require", "batch-invariant", "--", "-k", "test_batch_invariant")
+def test_batch_invariance_is_held_only_when_required(tmp_path):
+    code, out = gate(tmp_path, "--target", VARIANT, "--require", "batch-invariant", "--", "-k", "test_batch_invariant")
     assert code == 1, out[-3000:]
     assert "not batch invariant" in out and "between a batch of 63 and a batch of 64 rows" in out, out[-3000:]
-    code, out = gate("--target", VARIANT, "--", "-k", "test_batch_invariant")
+    code, out = gate(tmp_path, "--target", VARIANT, "--", "-k", "test_batch_invariant")
     assert code == 0, out[-3000:]
     assert "not required of this target (--require batch-invariant holds it to it)" in out, out[-3000:]
 
 
-def test_this_project_is_held_to_both_by_default():
-    code, out = gate("--", "-k", "test_batch_invariant or test_deterministic")
+def test_this_project_is_held_to_both_by_default(tmp_path):
+    code, out = gate(tmp_path, "--", "-k", "test_batch_invariant or test_deterministic")
     assert code == 0, out[-3000:]
     assert "batch_invariant" in out and "deterministic" in out and "not required" not in out, out[-3000:]
 
 
-def test_an_unknown_requirement_is_a_set_up_error():
-    code, out = gate("--require", "fast")
+def test_an_unknown_requirement_is_a_set_up_error(tmp_path):
+    code, out = gate(tmp_path, "--require", "fast")
     want = "--require: expected names from deterministic, batch-invariant (or none), but got fast"
     assert code == 2 and want in out, out
 
