@@ -83,19 +83,23 @@ def pytest_args() -> list[str]:
         tmp = ini.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(PYTEST_INI)
         os.replace(tmp, ini)
-    # Only the plugins the laws need: other installed plugins are not loaded (one printed five
-    # warnings into every gate), so PYTEST_DISABLE_PLUGIN_AUTOLOAD, inherited by the xdist workers
-    # and any pytest subprocess, and the needed ones by name: Hypothesis', xdist's and this one
-    # (options, profiles). The ini of its own keeps the repository's conftest.py out of these runs.
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    plugins = ["-p", "_hypothesis_pytestplugin", "-p", "harness.pytest_plugin"]
-    try:
-        import xdist  # noqa: F401
-
-        plugins += ["-p", "xdist.plugin", "-p", "xdist.looponfail"]
-    except ImportError:
-        pass
+    # The plugin (options, profiles), unless pip's entry point registers it already: the ini of its
+    # own keeps the repository's conftest.py, which would register it, out of these runs. Other
+    # installed plugins are kept out by name (one printed five warnings into every gate); only
+    # Hypothesis' and xdist's are loaded with this one.
+    plugin = [] if plugin_installed() else ["-p", "harness.pytest_plugin"]
+    plugins = plugin + [a for name in unneeded_plugins() for a in ("-p", f"no:{name}")]
     return [f"--rootdir={properties_dir().parent}", "-c", str(ini), "-p", "no:cacheprovider", *plugins]
+
+
+NEEDED_PLUGINS = ("hypothesispytest", "xdist", "xdist.looponfail", "rmsnorm_gate")  # pytest11 entry point names
+
+
+def unneeded_plugins() -> list[str]:
+    """The installed pytest plugins (entry points, group pytest11) the laws' runs do not load."""
+    from importlib.metadata import entry_points
+
+    return sorted({ep.name for ep in entry_points(group="pytest11")} - set(NEEDED_PLUGINS))
 
 
 def plugin_installed() -> bool:

@@ -152,7 +152,13 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
     contrib_sum = torch.where(ok, contrib, torch.zeros_like(contrib)).sum(dim=0)
     d_rows = d.reshape(-1)[stats.verifiable.reshape(-1)]
     dmax = float(d_rows.max()) if d_rows.numel() else 0.0
+    # Each row's grad_out * x * inv_rms in the accumulation type: grad_out * x first (the textbook
+    # order) can fall below its normal range and lose up to its smallest normal before inv_rms
+    # scales it up (tiny x, grad_out like y and a tiny eps: a correct float32 kernel got 0 for
+    # -3.5e-33); x * inv_rms first loses at most that much absolutely.
+    underflow = 2 * _tiny(acc) * torch.where(ok.reshape(-1), stats.inv.reshape(-1).clamp_min(1.0),
+                                             torch.zeros_like(stats.inv.reshape(-1))).sum()
     bound_w = SAFETY * (
-        unit_roundoff(gw_dtype) * gw_ref.abs() + ((m + 3) * ua + dmax + 2 * uo) * contrib_sum
+        unit_roundoff(gw_dtype) * gw_ref.abs() + ((m + 3) * ua + dmax + 2 * uo) * contrib_sum + underflow
     ) + 4 * _tiny(acc) + _subnormal_half_spacing(gw_dtype) + SAFETY * 2 * m * _subnormal_half_spacing(x.dtype)
     return bound_x, bound_w
