@@ -98,14 +98,15 @@ def _in_a_clone() -> bool:
 def provenance() -> str:
     """What a verdict line names the harness by: the commit in a clone ($COMMIT when set), else the
     installed package's version."""
-    if os.environ.get("COMMIT") or _in_a_clone():
-        return f"commit {commit()}"
+    c = commit()
+    if c != "unknown":
+        return f"commit {c}"
     from importlib import metadata
 
     try:
         return f"rmsnorm-gate {metadata.version('rmsnorm-gate')} (installed)"
     except metadata.PackageNotFoundError:
-        return "commit unknown (not a clone, not installed)"
+        return "commit unknown"
 
 
 def cmd_build(args) -> int:
@@ -242,7 +243,7 @@ def cmd_gate(args) -> int:
     # (-x, --maxfail, -n, a signal); interrupted only when a signal stopped it with nothing failed.
     if (RECORDED["failed"] or (RECORDED["worker_down"] and not interrupts.received())) and code != EXIT_SETUP:
         code = EXIT_FAILED
-    elif interrupts.requested() or interrupts.received() or code == EXIT_INTERRUPTED:  # laws cut off by a signal are not a failure
+    elif interrupts.received() or code == EXIT_INTERRUPTED:  # laws cut off by a signal are not a failure
         code = interrupts.exit_code()
     verdict = {EXIT_PASSED: "PASSED", EXIT_FAILED: "FAILED"}.get(code, "SET-UP ERROR")
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):

@@ -68,7 +68,8 @@ def acknowledge() -> None:
 
 
 def received() -> bool:
-    """Whether a signal was taken over in this run (check() clears requested(), not this)."""
+    """Whether a signal was taken over in this run (check() and acknowledge() clear requested(),
+    not this)."""
     return _RECEIVED["signal"] is not None
 
 

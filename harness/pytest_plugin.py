@@ -107,8 +107,6 @@ def pytest_runtest_logreport(report):
         RECORDED["worker_down"] += 1  # an xdist worker lost: a failure unless a signal took it down
     elif report.failed:
         RECORDED["failed"] += 1
-    elif report.passed and report.when == "call":
-        RECORDED["passed"] += 1
 
 
 def pytest_unconfigure(config):

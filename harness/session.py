@@ -446,21 +446,29 @@ def check(law: str, case: Case) -> Verdict:
     message = f"[{v.status}] {v.message}"
     if (law, case) in SEED_ORIGIN:
         message += f"\n  (this case is {SEED_ORIGIN[(law, case)]})"
-    final = _is_final()
-    try:
-        if final:
-            path = corpus.save(law, case, error=message, target=identity(), device=r.device, shrunk=True)
-            prev = _SAVED_PROVISIONAL.pop(law, None)
-            if prev is not None and prev != path:
-                prev.unlink(missing_ok=True)
-            TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message})
-            message += f"\n  saved: {path}\n  replay: {command()} replay {path}"
-        elif law not in _SAVED_PROVISIONAL:  # first failure of the law: keep it even if we are stopped
+    if _is_final():
+        message = _save_final(law, case, v, message)
+    elif law not in _SAVED_PROVISIONAL:  # first failure of the law: keep it even if we are stopped
+        try:
             _SAVED_PROVISIONAL[law] = corpus.save(law, case, error=message, target=identity(), device=r.device,
                                                   shrunk=False)
-    except OSError as e:
-        message += f"\n  (could not save the case: {e})"
+        except OSError as e:
+            message += f"\n  (could not save the case: {e})"
     _raise_failure(message)
+
+
+def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
+    """Save the shrunk failing case (in place of the law's provisional one) and record it; message
+    with where it went and how to replay it."""
+    try:
+        path = corpus.save(law, case, error=message, target=identity(), device=runner().device, shrunk=True)
+    except OSError as e:
+        return message + f"\n  (could not save the case: {e})"
+    prev = _SAVED_PROVISIONAL.pop(law, None)
+    if prev is not None and prev != path:
+        prev.unlink(missing_ok=True)
+    TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message})
+    return message + f"\n  saved: {path}\n  replay: {command()} replay {path}"
 
 
 def _require(law: str, info_: dict) -> None:
@@ -505,17 +513,8 @@ def _past_budget_shrinking(law: str, case: Case) -> "Verdict | None":
     if known is None:
         return Verdict("pass", "not run: shrinking cut short by the wall-time budget", {}, 0.0)
     message = f"[{known.status}] {known.message}\n  (shrinking cut short by the wall-time budget: a smaller case may fail too)"
-    final = _is_final()
-    if final:
-        try:
-            path = corpus.save(law, case, error=message, target=identity(), device=runner().device, shrunk=True)
-            prev = _SAVED_PROVISIONAL.pop(law, None)
-            if prev is not None and prev != path:
-                prev.unlink(missing_ok=True)
-            TALLY.failures.append({"law": law, "status": known.status, "file": str(path), "message": known.message})
-            message += f"\n  saved: {path}\n  replay: {command()} replay {path}"
-        except OSError as e:
-            message += f"\n  (could not save the case: {e})"
+    if _is_final():
+        message = _save_final(law, case, known, message)
     _raise_failure(message)
 
 

@@ -3,6 +3,7 @@ declared dtype, never float64 outside it), and the verdict comes from what the r
 (issue: a verdict you can trust)."""
 
 import json
+import sys
 import types
 
 import pytest
@@ -51,7 +52,7 @@ def test_gradcheck_in_a_half_dtype_still_catches_a_backward_without_its_correcti
 
     broken = types.ModuleType("no_correction")
     broken.forward, broken.backward = good.forward, no_correction
-    monkeypatch.setitem(__import__("sys").modules, "no_correction", broken)
+    monkeypatch.setitem(sys.modules, "no_correction", broken)
     for contract in ({"dtypes": ["bfloat16"]}, {"dtypes": ["float16"]}, {"dtypes": ["float32"]}):
         with pytest.raises(LawFailure, match="gradcheck"):
             _gradcheck(monkeypatch, contract, module="no_correction", seeds=[3])
@@ -69,7 +70,7 @@ def test_gradcheck_keeps_n_a_multiple_of_what_the_contract_asks(monkeypatch):
 
     aligned = types.ModuleType("aligned16")
     aligned.forward, aligned.backward = forward, good.backward
-    monkeypatch.setitem(__import__("sys").modules, "aligned16", aligned)
+    monkeypatch.setitem(sys.modules, "aligned16", aligned)
     _gradcheck(monkeypatch, {"dtypes": ["float32"], "n_multiple_of": 16}, module="aligned16", seeds=[0],
                shape=(2, 48))
     assert seen and all(n % 16 == 0 for n in seen), seen
@@ -136,7 +137,6 @@ def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     from tests._run import ROOT

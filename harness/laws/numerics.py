@@ -46,15 +46,13 @@ GRADCHECK_OPTS = {
 WIDEST_FIRST = ("float64", "float32", "float16", "bfloat16")
 
 
-def gradcheck_plan(target: Target) -> tuple[list[tuple[torch.dtype, torch.dtype]], bool]:
+def gradcheck_plan(target: Target, c) -> tuple[list[tuple[torch.dtype, torch.dtype]], bool]:
     """The (x dtype, weight dtype) pairs gradcheck tries in order, and whether a refusal of the first
     may fall back to the next. Without a declared contract: float64, then float32 where a lenient
     target refuses float64. With one: the widest declared dtype only, its weight the same dtype
     where the contract allows that, else float32; never a dtype outside the contract (a correct
-    kernel declared float32 once failed here in float64, which it computes in float32)."""
-    from ..contract import of_target
-
-    c = of_target(target.module, target.spec)
+    kernel declared float32 once failed here in float64, which it computes in float32). c: the
+    contract the target is held to (harness.contract.of_target)."""
     if not c.declared:
         return [(torch.float64, torch.float64), (torch.float32, torch.float32)], not target.strict
     name = next(d for d in WIDEST_FIRST if d in c.dtypes)
@@ -62,12 +60,8 @@ def gradcheck_plan(target: Target) -> tuple[list[tuple[torch.dtype, torch.dtype]
     return [(dt, dt if "same" in c.weight_dtypes else torch.float32)], False
 
 
-def _gradcheck_shape(target: Target, case: Case) -> tuple[int, int]:
-    """At most 3 rows of at most 8 (few perturbations), N kept inside a contract that wants N a
-    multiple of something."""
-    from ..contract import of_target
-
-    multiple = of_target(target.module, target.spec).n_multiple_of
+def _gradcheck_shape(case: Case, multiple: int) -> tuple[int, int]:
+    """At most 3 rows of at most 8 (few perturbations), N kept a multiple of what the contract asks."""
     n = max(1, min(case.n, 8))
     if multiple > 1:
         n = multiple * max(1, min(case.n, max(8, multiple)) // multiple)
@@ -78,15 +72,18 @@ def _gradcheck_shape(target: Target, case: Case) -> tuple[int, int]:
 def gradcheck(target: Target, case: Case):
     """torch.autograd.gradcheck through the card's autograd.Function, in float64 (else float32)
     or, under a declared contract, in its widest dtype (gradcheck_plan)."""
+    from ..contract import of_target
+
+    contract = of_target(target.module, target.spec)
     gen = torch.Generator().manual_seed(case.seed)
-    rows, n = _gradcheck_shape(target, case)
+    rows, n = _gradcheck_shape(case, contract.n_multiple_of)
     mag = 0.5 + torch.rand(rows, n, generator=gen, dtype=torch.float64)
     sign = torch.where(torch.rand(rows, n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
     x0 = mag * sign
     w0 = torch.randn(n, generator=gen, dtype=torch.float64)
     eps = max(case.eps, 1e-6)
     fn_cls = make_function(_Adapter(target))
-    attempts, fall_back = gradcheck_plan(target)
+    attempts, fall_back = gradcheck_plan(target, contract)
     last_reject = None
     for dt, wdt in attempts:
         opts = GRADCHECK_OPTS[dt]
