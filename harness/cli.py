@@ -331,9 +331,12 @@ def cmd_sanitize(args) -> int:
     from .target import parse_spec
 
     spec = parse_spec(args.target)
+    paths = sanitize.parse_paths(args.paths)
+    if paths and args.cases is not None:
+        raise ValueError("sanitize: --cases (the first K path cases) and --paths (chosen ones) exclude each other")
     if args.inner:
-        return sanitize.inner(spec, args.cases)
-    return sanitize.main(spec, args.tools.split(","), args.cases)
+        return sanitize.inner(spec, args.cases, paths)
+    return sanitize.main(spec, args.tools.split(","), args.cases, paths)
 
 
 def cmd_toolchain(args) -> int:
@@ -485,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     z.add_argument("--target", default=None)
     z.add_argument("--tools", default="memcheck,racecheck,initcheck,synccheck")
     z.add_argument("--cases", type=int, default=None, help="the first K path cases (default: all of them)")
+    z.add_argument("--paths", default=None, help="the path cases by index, comma-separated (harness/sanitize.py's PATHS)")
     z.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     z.set_defaults(fn=cmd_sanitize)
 

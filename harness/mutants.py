@@ -53,6 +53,10 @@ class Mutant:
     # False: a race or hazard that outputs need not show (the bits come out right on most runs), so the
     # suite does not judge it and mutate leaves it to the sanitizer; its kill is the sanitizer's report.
     by_suite: bool = True
+    # The path cases of harness/sanitize.py (indices into its PATHS) that reach the mutated code, where
+    # the sanitizer is run on those alone (empty: all of them): racecheck on every case of a racy
+    # mutant took minutes on the H200.
+    sanitize_paths: tuple[int, ...] = ()
 
     def key(self) -> str:
         h = hashlib.sha256(self.name.encode())
@@ -119,7 +123,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(CU, _FWD_SS_VEC, _FWD_SS_VEC.replace("j += blockDim.x", "j += n_vec")),)),
     Mutant("cuda_reduce_barrier_missing", "cuda", "a missing __syncthreads() before the block total is read",
            (Edit(CU, "  }\n  __syncthreads();\n  const A total = shared[0];", "  }\n  const A total = shared[0];"),),
-           echoes="NVIDIA/apex#1184", sanitizer="racecheck"),
+           echoes="NVIDIA/apex#1184", sanitizer="racecheck", sanitize_paths=(0, 1)),  # the fallback
     Mutant("cuda_fwd_tail_past_row", "cuda", "an off-by-one write past the end of each row (out of bounds on the last)",
            (Edit(CU, _STORE_TAIL, _STORE_TAIL.replace("< n)", "<= n)")),),
            echoes="ROCm/aiter#5290", sanitizer="memcheck"),
@@ -183,7 +187,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_reduce_barrier_missing", "cuda", "a missing barrier before the warps' partial sums are read (fast path)",
            (Edit(DEV, "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n    __syncthreads();\n",
                  "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n"),),
-           echoes="NVIDIA/apex#1184", sanitizer="racecheck"),
+           echoes="NVIDIA/apex#1184", sanitizer="racecheck", sanitize_paths=(4, 5, 6)),  # rows of several warps
     Mutant("fast_slots_single_buffered", "cuda", "one reduction slot reused by consecutive rows without a second barrier",
            (Edit(ROWS, "base += units * per_unit, parity ^= 1) {", "base += units * per_unit) {", count=2),)),
     Mutant("cluster_rank_ignored", "cuda", "every CTA of a cluster reads the first slab of the row",
@@ -196,7 +200,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("cluster_entry_wait_missing", "cuda", "partial sums written into the shared memory of cluster peers that "
            "may not have started (no wait on the entry barrier)",
            (Edit(DEV, "    entry.wait_once();  // every peer has entered: its shared memory may be written\n", ""),),
-           sanitizer="racecheck", by_suite=False),
+           sanitizer="racecheck", by_suite=False, sanitize_paths=(6, 7)),  # clusters of 4 and 8
     Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
            (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",
                  "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n    V xv[kVpt];"),
@@ -323,7 +327,8 @@ def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> li
 
 
 def sanitizer_checks() -> list[tuple[Mutant, str]]:
-    """(mutant, tool) for every mutant a compute-sanitizer tool must report: the GPU lane's sanitize step."""
+    """(mutant, tool) for every mutant a compute-sanitizer tool must report: the GPU lane's sanitize step
+    (on the mutant's sanitize_paths, where it names some)."""
     return [(m, m.sanitizer) for m in CATALOGUE if m.sanitizer]
 
 

@@ -292,6 +292,17 @@ def _baseline_failure(r: Result) -> str:
     return f"the unmutated sources could not be judged: {r.message}"
 
 
+def build_order(chosen: list[mutants.Mutant], device: str, *, fresh: bool = False,
+                kills_dir: Path | None = None) -> list[mutants.Mutant]:
+    """The order mutants are built and judged in: those without a kept case first (a search takes
+    minutes, a kept case seconds: the longest jobs start first), then by the files they edit, so
+    that a scratch tree's next build mostly recompiles what its last one did, and no more."""
+    def key(m: mutants.Mutant):
+        has_kept = not fresh and kept_path(m, device, kills_dir).exists()
+        return (has_kept, sorted({e.file for e in m.edits}))
+    return sorted(chosen, key=key)
+
+
 def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_baseline: bool,
          report: Path | None, build_jobs: int = 1, fresh: bool = False, keep_new: bool = False,
          kills_dir: Path | None = None) -> int:
@@ -335,7 +346,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     import queue
 
     todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
-    for m in chosen:
+    for m in build_order(chosen, device, fresh=fresh, kills_dir=kills_dir):
         todo.put(m)
     built: "queue.Queue[tuple[mutants.Mutant, float | Exception]]" = queue.Queue()
     stop = threading.Event()

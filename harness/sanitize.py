@@ -1,12 +1,12 @@
 """The compute-sanitizer lane: memcheck, racecheck, initcheck and synccheck over a sampled set
 of cases, with PyTorch's caching allocator off and -lineinfo builds.
 
-  python -m harness sanitize [--target T] [--tools memcheck,racecheck] [--cases K]
+  python -m harness sanitize [--target T] [--tools memcheck,racecheck] [--cases K | --paths I,J]
 
 runs ``compute-sanitizer --tool TOOL python -m harness sanitize --inner ...`` for each tool, the
 tools side by side; the inner run loads the target in-process (no worker, so the sanitizer sees
 every kernel) and runs the forward and backward laws on one case for each launch path (PATHS;
---cases K: the first K).
+--cases K: the first K; --paths I,J: those of PATHS, by index).
 """
 
 from __future__ import annotations
@@ -43,28 +43,47 @@ PATHS = (
 )
 
 
-def sample(count: int | None = None, seed: int = 0) -> list[Case]:
-    """The path cases (all of them when count is None), eps and seeds varied but fixed."""
+def sample(count: int | None = None, seed: int = 0, paths: tuple[int, ...] = ()) -> list[Case]:
+    """The path cases (all of them when count is None; only those indexed by paths where it names
+    some), eps and seeds varied but fixed: a case is the same whichever others are chosen."""
     rng = random.Random(seed)
     out = []
-    for dtype, wdtype, rows, n_vec, layout in PATHS[:count]:
+    for i, (dtype, wdtype, rows, n_vec, layout) in enumerate(PATHS):
+        eps, seed_i = rng.choice((1e-6, 1e-5, 0.1)), rng.randrange(2**31)
+        if (count is not None and i >= count) or (paths and i not in paths):
+            continue
         vec = 16 // DTYPES[dtype].itemsize
         n = int(n_vec[:-1]) if isinstance(n_vec, str) else n_vec * vec
         shape = (rows, n)
         if not layout_possible(layout, shape):
             raise ValueError(f"sanitize sample: layout {layout} is not possible for shape {shape}")
-        out.append(Case(shape=shape, dtype=dtype, weight_dtype=wdtype, eps=rng.choice((1e-6, 1e-5, 0.1)),
-                        layout=layout, grad_layout="contiguous", pattern="normal", seed=rng.randrange(2**31)))
+        out.append(Case(shape=shape, dtype=dtype, weight_dtype=wdtype, eps=eps,
+                        layout=layout, grad_layout="contiguous", pattern="normal", seed=seed_i))
     return out
 
 
-def inner(spec: str, count: int | None) -> int:
+def parse_paths(text: str | None) -> tuple[int, ...]:
+    """--paths "6,7": indices into PATHS (clear errors for anything else)."""
+    if not text:
+        return ()
+    try:
+        idx = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise ValueError(f"--paths takes indices of the path cases, comma-separated (0 to {len(PATHS) - 1}); "
+                         f"got {text!r}") from None
+    bad = [i for i in idx if not 0 <= i < len(PATHS)]
+    if bad:
+        raise ValueError(f"--paths: no path case {bad[0]}; there are {len(PATHS)} (0 to {len(PATHS) - 1})")
+    return idx
+
+
+def inner(spec: str, count: int | None, paths: tuple[int, ...] = ()) -> int:
     from . import laws
     from .target import Crashed, LawFailure, Rejected, load
 
     t = load(spec, "cuda", strict=False)
     bad = 0
-    cases = sample(count)
+    cases = sample(count, paths=paths)
     for case in cases:
         for law in ("forward_matches_reference", "backward_matches_reference"):
             if law.startswith("backward") and not t.has_backward:
@@ -87,7 +106,7 @@ def summary_line(lines: list[str]) -> str:
     return next((l for l in reversed(lines) if "SUMMARY:" in l and "not printed" not in l), lines[-1] if lines else "")
 
 
-def main(spec: str, tools: list[str], count: int | None) -> int:
+def main(spec: str, tools: list[str], count: int | None, paths: tuple[int, ...] = ()) -> int:
     """Every tool on the path cases, the tools side by side (each is one process on the one GPU)."""
     exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not os.path.exists(exe):
@@ -96,7 +115,7 @@ def main(spec: str, tools: list[str], count: int | None) -> int:
     for tool in tools:
         if tool not in TOOLS:
             raise ValueError(f"unknown sanitizer tool {tool!r}; expected some of {TOOLS}")
-    cases = len(sample(count))
+    cases = len(sample(count, paths=paths))
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", RMSNORM_LINEINFO="1")
     # Build first (outside the sanitizer, which would slow the compiler's own CUDA use).
     subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], env=env, check=True)
@@ -105,7 +124,8 @@ def main(spec: str, tools: list[str], count: int | None) -> int:
         cmd = [exe, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
         if tool == "memcheck":
             cmd += ["--leak-check", "no"]
-        cmd += [sys.executable, "-m", "harness", "sanitize", "--inner", "--target", spec, "--cases", str(cases)]
+        cmd += [sys.executable, "-m", "harness", "sanitize", "--inner", "--target", spec]
+        cmd += ["--paths", ",".join(map(str, paths))] if paths else ["--cases", str(cases)]
         running.append((tool, time.perf_counter(), subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                                                      stderr=subprocess.STDOUT, text=True)))
     results = []
@@ -120,6 +140,7 @@ def main(spec: str, tools: list[str], count: int | None) -> int:
         if not ok:
             print("\n".join(tail[-40:]), flush=True)
     bad = [r for r in results if not r[1]]
-    print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {cases} path cases of {spec} "
+    which = f" ({','.join(map(str, paths))})" if paths else ""
+    print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {cases} path cases{which} of {spec} "
           f"(side by side, {max(r[3] for r in results):.0f} s)")
     return 1 if bad else 0

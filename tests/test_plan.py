@@ -113,3 +113,48 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
     assert {c.layout for c in cases} >= {"offset", "padded", "transposed"}  # staged copies, a contiguous copy
     assert {c.dtype for c in cases if c.rows == 0} == {"bfloat16", "float64"}  # zero rows: fast path and fallback
+
+
+def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
+    """A racy mutant is sanitized on its sanitize_paths alone (racecheck on all 12 cases took minutes):
+    those cases must reach the code it breaks. The fallback's block reduce runs where a case is not
+    whole 16-byte vectors or is float64, with several warps; the fast path's warp slots where a row's
+    group spans several warps; the cluster exchange where a plan has a cluster, both ways."""
+    from harness import mutants
+    from harness.cases import DTYPES
+    from harness.sanitize import PATHS, sample
+
+    def vec(c):
+        return 16 // DTYPES[c.dtype].itemsize
+
+    def fallback(c):
+        return c.rows > 0 and (c.dtype == "float64" or c.n % vec(c) != 0)
+
+    chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
+    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "cluster_entry_wait_missing"}
+    for name, paths in chosen.items():
+        assert paths and all(0 <= i < len(PATHS) for i in paths), (name, paths)
+    cases = sample()
+    # A case is the same whichever others are chosen (the seeds and eps do not shift).
+    assert sample(paths=(6, 7)) == [cases[6], cases[7]]
+    assert any(fallback(cases[i]) and cases[i].n > 32 * vec(cases[i]) for i in chosen["cuda_reduce_barrier_missing"])
+    fast = {i: cases[i].n // vec(cases[i]) for i in range(len(cases)) if not fallback(cases[i]) and cases[i].rows}
+    source = ('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+              'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
+              '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
+              '    std::printf("%d %d %d %d\\n", f.group, f.cluster, b.group, b.cluster);\n  }\n}\n')
+    out = _run_plan_program(tmp_path, source, *map(str, fast.values())).split("\n")
+    plan = {i: tuple(map(int, line.split())) for i, line in zip(fast, out)}
+    warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan and max(plan[i][0], plan[i][2]) > 32]
+    assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
+    clusters = {(d, plan[i][1 + 2 * d]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in (0, 1)}
+    assert {cl for d, cl in clusters if d == 0} - {1} and {cl for d, cl in clusters if d == 1} - {1}, clusters
+
+
+def test_sanitize_paths_are_checked():
+    from harness.sanitize import PATHS, parse_paths
+
+    assert parse_paths("6,7") == (6, 7) and parse_paths(None) == ()
+    for bad in ("6;7", f"{len(PATHS)}", "-1"):
+        with pytest.raises(ValueError, match="path case|--paths"):
+            parse_paths(bad)
