@@ -40,6 +40,9 @@ PATHS = (
     ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: 1024-thread CTAs
     ("bfloat16", "bfloat16", 0, 4096, "contiguous"),  # zero rows on a fast path: nothing launched
     ("float64", "float64", 0, "33e", "contiguous"),  # zero rows on the fallback: grad_weight still zeroed
+    # Backward: 264 persistent units of 8 rows of two warps each, so some units take a second pass
+    # (their reduction slots double-buffered by parity).
+    ("float32", "float32", 2200, 128, "contiguous"),
 )
 
 

@@ -131,7 +131,8 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
         return c.rows > 0 and (c.dtype == "float64" or c.n % vec(c) != 0)
 
     chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
-    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "cluster_entry_wait_missing"}
+    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "cluster_entry_wait_missing",
+                           "fast_slots_single_buffered", "fast_staged_copy_not_awaited"}
     for name, paths in chosen.items():
         assert paths and all(0 <= i < len(PATHS) for i in paths), (name, paths)
     cases = sample()
@@ -142,13 +143,21 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     source = ('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
               'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
               '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
-              '    std::printf("%d %d %d %d\\n", f.group, f.cluster, b.group, b.cluster);\n  }\n}\n')
-    out = _run_plan_program(tmp_path, source, *map(str, fast.values())).split("\n")
+              '    long rows = std::atol(argv[++i]);\n'
+              '    std::printf("%d %d %d %d %d %ld %d\\n", f.group, f.cluster, b.group, b.cluster, int(f.staged),'
+              ' long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
+    args = [str(a) for i in fast for a in (fast[i], cases[i].rows)]
+    out = _run_plan_program(tmp_path, source, *args).split("\n")
     plan = {i: tuple(map(int, line.split())) for i, line in zip(fast, out)}
     warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan and max(plan[i][0], plan[i][2]) > 32]
     assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
     clusters = {(d, plan[i][1 + 2 * d]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in (0, 1)}
     assert {cl for d, cl in clusters if d == 0} - {1} and {cl for d, cl in clusters if d == 1} - {1}, clusters
+    # Backward units that take a second pass, with rows of several warps (the slots' parity matters).
+    twice = [i for i in chosen["fast_slots_single_buffered"] if i in plan and plan[i][2] > 32
+             and cases[i].rows > plan[i][5] * plan[i][6]]
+    assert twice, {i: plan.get(i) for i in chosen["fast_slots_single_buffered"]}
+    assert all(i in plan and plan[i][4] for i in chosen["fast_staged_copy_not_awaited"])  # staged forwards
 
 
 def test_sanitize_paths_are_checked():
