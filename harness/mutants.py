@@ -6,11 +6,14 @@ A mutant is a list of exact text edits to the project's sources. Every edit's te
 in the current sources exactly as many times as it says (``tests/test_mutants.py`` checks
 that), so the catalogue cannot silently drift from the code it mutates.
 
-Builds: the sources are copied once into a scratch tree under ``.build/mutants/``, built there
-with ``cpp_extension.load`` under one fixed module name, and each mutant is then applied in place
-and rebuilt by the same ninja file, which recompiles only the translation units the edit
-touches (seconds for the .cu file). The built library is kept per mutant, keyed by the
-pristine sources, the edit and the toolchain, so a second run builds nothing.
+Builds: the pristine sources are built once, with ``cpp_extension.load`` under one fixed module
+name, in a tree of their own under ``.build/mutants/``; ninja's dependency log then says which
+files each object was compiled from. A mutant is written into a scratch tree (one a build slot, so
+builds run side by side), and only the objects compiled from a file it edits are compiled again,
+by the pristine ninja file's own commands; the others are linked from the pristine build. (Before,
+every slot built all objects once, cold, and each next mutant recompiled what the last one had
+changed too.) The built library is kept per mutant, keyed by the pristine sources, the edit and the
+toolchain, so a second run builds nothing.
 """
 
 from __future__ import annotations
@@ -422,6 +425,144 @@ cpp_extension.load(name=%r, sources=srcs, build_directory=build_dir, with_cuda=w
 SLOT_ENV = "RMSNORM_MUTANT_SLOT"  # the scratch tree a build outside mutate uses (default 0)
 
 
+def _cold_build(tree: Path, build_dir: Path, with_cuda: bool, name: str) -> None:
+    """Every object of the tree's sources, by cpp_extension.load (its ninja file, its flags)."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    build.prepare_jit_env()
+    env = dict(os.environ)
+    if with_cuda:
+        env["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list()
+    srcs = [str(tree / p.relative_to(build.source_root())) for p in build.project_sources(with_cuda)]
+    # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
+    cflags, ldflags = build.toolchain_flags()
+    p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),
+                        "1" if with_cuda else "0", " ".join(build._cuda_flags(True)), " ".join(cflags),
+                        " ".join(ldflags)],
+                       env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"mutant {name} did not build:\n{(p.stdout + p.stderr)[-4000:]}")
+
+
+class NinjaFile:
+    """The parts of cpp_extension's build.ninja that rebuild one object or relink: its variables,
+    each rule's command, and each output's rule and input."""
+
+    def __init__(self, text: str) -> None:
+        self.vars: dict[str, str] = {}
+        self.rules: dict[str, str] = {}
+        self.builds: dict[str, tuple[str, list[str]]] = {}
+        rule = None
+        for line in text.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line.startswith((" ", "\t")):
+                key, _, value = line.strip().partition(" = ")
+                if rule is not None and key == "command":
+                    self.rules[rule] = value
+                continue
+            rule = None
+            if line.startswith("rule "):
+                rule = line.split()[1]
+            elif line.startswith("build "):
+                outs, _, rest = line[len("build "):].partition(": ")
+                rule_name, *ins = rest.split()
+                self.builds[outs.strip()] = (rule_name, ins)
+            elif " = " in line:
+                key, _, value = line.partition(" = ")
+                self.vars[key.strip()] = value
+
+    def command(self, output: str, *, inputs: list[str], out: str) -> str:
+        """The shell command that makes ``output`` from ``inputs`` into ``out``."""
+        import re
+
+        rule, _ = self.builds[output]
+        cmd = self.rules[rule].replace("$in", " ".join(inputs)).replace("$out", out)
+        return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda mo: self.vars.get(mo.group(1) or mo.group(2), ""), cmd)
+
+
+def ninja_deps(build_dir: Path, tree: Path) -> dict[str, list[str]]:
+    """For each object, the files of the tree it was compiled from (ninja's dependency log, which
+    the compilers' depfiles filled), relative to the tree."""
+    p = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"ninja -t deps failed in {build_dir}: {(p.stdout + p.stderr)[-500:]}")
+    root = os.path.normpath(str(tree)) + os.sep
+    deps: dict[str, list[str]] = {}
+    current = None
+    for line in p.stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            current = line.split(":", 1)[0].strip()
+            deps[current] = []
+        elif current is not None:
+            path = os.path.normpath(line.strip())
+            if path.startswith(root):
+                deps[current].append(path[len(root):])
+    return deps
+
+
+class Pristine:
+    """The pristine sources built once: their tree, build folder, ninja file and dependency map."""
+
+    def __init__(self, tree: Path, build_dir: Path, ninja: NinjaFile, deps: dict[str, list[str]]) -> None:
+        self.tree, self.build_dir, self.ninja, self.deps = tree, build_dir, ninja, deps
+
+
+def _pristine_build(base: str, files: dict[str, str], with_cuda: bool) -> Pristine:
+    import json
+
+    tree, build_dir = home() / f"tree-{base}-pristine", home() / f"build-{base}-pristine"
+    done = build_dir / "deps.json"
+    with build.file_lock(home() / f"lock-{base}-pristine"):
+        if not done.exists():
+            for rel, text in files.items():
+                _write_if_changed(tree / rel, text)
+            _cold_build(tree, build_dir, with_cuda, ORIGINAL.name)
+            deps = ninja_deps(build_dir, tree)
+            if not deps:
+                raise RuntimeError(f"ninja recorded no dependencies in {build_dir}")
+            done.write_text(json.dumps(deps))
+    return Pristine(tree, build_dir, NinjaFile((build_dir / "build.ninja").read_text()), json.loads(done.read_text()))
+
+
+def _incremental_build(m: Mutant, files: dict[str, str], tree: Path, build_dir: Path, pristine: Pristine) -> None:
+    """The objects compiled from a file the mutant edits, compiled again from its tree by the
+    pristine ninja file's commands; the library linked from those and the pristine other objects."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mutated = apply(m, files)
+    changed = {rel for rel, text in mutated.items() if text != files[rel]}
+    for rel, text in files.items():
+        _write_if_changed(tree / rel, mutated.get(rel, text))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    ninja = pristine.ninja
+    objects = [o for o, (rule, _) in ninja.builds.items() if rule != "link"]
+    redo = [o for o in objects if changed & set(pristine.deps.get(o, ()))]
+    if changed and not redo:
+        raise RuntimeError(f"mutant {m.name} edits {', '.join(sorted(changed))}, from which no object is compiled")
+    src_root = os.path.normpath(str(pristine.tree)) + os.sep
+
+    def compile_one(obj: str) -> None:
+        _, ins = ninja.builds[obj]
+        srcs = [str(tree / os.path.normpath(i)[len(src_root):]) if os.path.normpath(i).startswith(src_root) else i
+                for i in ins]
+        cmd = ninja.command(obj, inputs=srcs, out=str(build_dir / obj))
+        p = subprocess.run(cmd, shell=True, cwd=build_dir, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"mutant {m.name} did not build ({obj}):\n{(p.stdout + p.stderr)[-4000:]}")
+
+    with ThreadPoolExecutor(max_workers=max(1, len(redo))) as pool:
+        list(pool.map(compile_one, redo))
+    link = next(o for o, (rule, _) in ninja.builds.items() if rule == "link")
+    _, ins = ninja.builds[link]
+    objs = [str(build_dir / o) if o in redo else str(pristine.build_dir / o) for o in ins]
+    p = subprocess.run(ninja.command(link, inputs=objs, out=str(build_dir / link)), shell=True, cwd=build_dir,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"mutant {m.name} did not link:\n{(p.stdout + p.stderr)[-4000:]}")
+
+
 def build_mutant(m: Mutant, *, log=None, slot: int | None = None) -> tuple[Path, float]:
     """Build (or find) the mutant's library; returns (path, seconds spent building). Builds in
     different slots use different scratch trees, so they can run at the same time (the GPU lane's
@@ -438,26 +579,11 @@ def build_mutant(m: Mutant, *, log=None, slot: int | None = None) -> tuple[Path,
     tree = home() / f"tree-{base}-{slot}"
     build_dir = home() / f"build-{base}-{slot}"
     t0 = time.perf_counter()
+    pristine = _pristine_build(base, files, with_cuda)
     with build.file_lock(home() / f"lock-{base}-{slot}"):
         if out.exists():
             return out, 0.0
-        mutated = apply(m, files)
-        for rel, text in files.items():
-            _write_if_changed(tree / rel, mutated.get(rel, text))
-        build_dir.mkdir(parents=True, exist_ok=True)
-        build.prepare_jit_env()
-        env = dict(os.environ)
-        if with_cuda:
-            env["TORCH_CUDA_ARCH_LIST"] = build.cuda_arch_list()
-        srcs = [str(tree / p.relative_to(build.source_root())) for p in build.project_sources(with_cuda)]
-        # -lineinfo always: it does not change the code, and compute-sanitizer then names lines.
-        cflags, ldflags = build.toolchain_flags()
-        p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, ",".join(srcs), str(build_dir),
-                            "1" if with_cuda else "0", " ".join(build._cuda_flags(True)), " ".join(cflags),
-                            " ".join(ldflags)],
-                           env=env, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(f"mutant {m.name} did not build:\n{(p.stdout + p.stderr)[-4000:]}")
+        _incremental_build(m, files, tree, build_dir, pristine)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".so.tmp")
         shutil.copyfile(build_dir / f"{MODULE_NAME}.so", tmp)
