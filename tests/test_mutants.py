@@ -116,3 +116,28 @@ def test_a_kept_case_that_no_longer_kills_sends_the_mutant_to_the_suite(monkeypa
     kept = tmp_path / "kills" / "cpu" / "cpu_tail_skipped.json"  # its new case kept, its replay line naming it
     assert json.loads(kept.read_text()) == {"law": "forward_matches_reference",
                                             "replay": f"python3 -m harness replay {kept}"}
+
+
+def test_a_mutant_rebuilds_only_the_objects_compiled_from_what_it_edits():
+    """The incremental mutant build reads cpp_extension's ninja file: each object's command, with
+    its input and output put in, variables expanded; the link's inputs in order."""
+    from harness.mutants import NinjaFile
+
+    text = ("ninja_required_version = 1.3\ncxx = c++\nnvcc = /usr/local/cuda/bin/nvcc\n\n"
+            "cflags = -DTORCH_EXTENSION_NAME=rmsnorm_mutant -O3\npost_cflags = \ncuda_cflags = -O3 -lineinfo\n"
+            "cuda_post_cflags = \nldflags = -shared -lc10\n\n"
+            "rule compile\n  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags\n  depfile = $out.d\n"
+            "  deps = gcc\n\nrule cuda_compile\n  depfile = $out.d\n  deps = gcc\n"
+            "  command = $nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out $cuda_post_cflags\n\n\n"
+            "rule link\n  command = $cxx $in $ldflags -o $out\n\n"
+            "build rmsnorm.o: compile /t/binding/rmsnorm.cpp\n"
+            "build rmsnorm_rows.cuda.o: cuda_compile /t/kernels/rmsnorm_rows.cu\n\n"
+            "build rmsnorm_mutant.so: link rmsnorm.o rmsnorm_rows.cuda.o\n\ndefault rmsnorm_mutant.so\n")
+    n = NinjaFile(text)
+    assert n.builds["rmsnorm_rows.cuda.o"] == ("cuda_compile", ["/t/kernels/rmsnorm_rows.cu"])
+    assert n.command("rmsnorm_rows.cuda.o", inputs=["/s/kernels/rmsnorm_rows.cu"], out="/b/r.o").split() == [
+        "/usr/local/cuda/bin/nvcc", "-MD", "-MF", "/b/r.o.d", "-O3", "-lineinfo", "-c", "/s/kernels/rmsnorm_rows.cu",
+        "-o", "/b/r.o"]
+    assert n.builds["rmsnorm_mutant.so"] == ("link", ["rmsnorm.o", "rmsnorm_rows.cuda.o"])
+    assert n.command("rmsnorm_mutant.so", inputs=["/p/rmsnorm.o", "/b/r.o"], out="/b/m.so").split() == [
+        "c++", "/p/rmsnorm.o", "/b/r.o", "-shared", "-lc10", "-o", "/b/m.so"]
