@@ -295,8 +295,7 @@ def _baseline_failure(r: Result) -> str:
 def build_order(chosen: list[mutants.Mutant], device: str, *, fresh: bool = False,
                 kills_dir: Path | None = None) -> list[mutants.Mutant]:
     """The order mutants are built and judged in: those without a kept case first (a search takes
-    minutes, a kept case seconds: the longest jobs start first), then by the files they edit, so
-    that a scratch tree's next build mostly recompiles what its last one did, and no more."""
+    minutes, a kept case seconds: the longest jobs start first), then by the files they edit."""
     def key(m: mutants.Mutant):
         has_kept = not fresh and kept_path(m, device, kills_dir).exists()
         return (has_kept, sorted({e.file for e in m.edits}))
