@@ -334,6 +334,9 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
             total = sum(c.values())
             bad = c["fail"] + c["crash"] + c["hang"]
             lines.append(f"{law:34} {total:7d} {c['pass']:7d} {c['rejected']:9d} {bad:7d} {t.seconds[law]:8.1f}")
+    from .story import shared
+
+    lines += shared(t.failures)  # one bug, one story: what the failing cases have in common
     refusals = _state.explain_refusals(t)
     if refusals:
         n = len(t.refusals)

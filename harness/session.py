@@ -467,7 +467,8 @@ def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
     prev = _SAVED_PROVISIONAL.pop(law, None)
     if prev is not None and prev != path:
         prev.unlink(missing_ok=True)
-    TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message})
+    TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message,
+                           "case": case.to_dict()})
     return message + f"\n  saved: {path}\n  replay: {command()} replay {path}"
 
 

@@ -138,6 +138,9 @@ def test_saved_cases_outside_the_contract_never_skip_a_law(tmp_path):
     code, out = gate("--target", "module:tests.targets.float32_only", "--dtypes", "float32,bfloat16",
                      "--corpus", str(tmp_path), *laws)
     assert code == 1 and list(tmp_path.rglob("*.json")), out[-3000:]
+    # Both laws failed, each on its own case: the report says what those cases share.
+    story = next((line for line in out.splitlines() if line.startswith("what the 2 failing cases share")), "")
+    assert "dtype bfloat16" in story.split("; they vary")[0], out[-3000:]
     code, out = gate("--target", "module:tests.targets.float32_only", "--dtypes", "float32", "--corpus",
                      str(tmp_path), *laws)
     assert code == 0, out[-3000:]
@@ -159,3 +162,35 @@ def test_a_law_that_applies_and_checked_nothing_fails_on_coverage(monkeypatch):
     t2 = Tally()
     t2.merge(json.loads(json.dumps(t.to_json())))  # what the xdist workers hand the controller
     assert pytest_plugin.too_few_checked(t2) == [("rows_independent", 0, 0, 20)]
+
+
+def test_one_bug_one_story_what_the_failing_cases_share():
+    """Eps added after the square root was once diagnosed as float16 precision on [1], bfloat16
+    precision on [65, 1] and a row statistic on [1024, 9]: each diagnosis now holds on its own
+    numbers, and the report says what the cases share and that the diagnoses differ."""
+    from harness.story import shared
+
+    def failure(law, shape, diagnosis, **kw):
+        return {"law": law, "case": Case(shape=shape, **kw).to_dict(), "message": f"y: wrong\ny: diagnosis: {diagnosis}"}
+
+    lines = shared([
+        failure("forward_matches_reference", (1,), "the errors are the size of float16 rounding (worst 0.6 units)"),
+        failure("forward_matches_reference_tall", (65, 1), "the errors are the size of bfloat16 rounding (worst 1)"),
+        failure("forward_matches_reference", (1024, 9), "each wrong row is the reference times one factor of its "
+                "own (3 row(s); row 0: 1.01): the row's statistic is off"),
+    ])
+    assert lines[0].startswith("what the 3 failing cases share (2 law(s)"), lines
+    common, varies = lines[0].split("; they vary in ")
+    assert "dtype float32" in common and "eps 1e-06" in common and "N odd" in common, lines
+    assert "rows (one, several)" in varies and "N (1, 9)" in varies, lines
+    assert lines[1].startswith("the diagnoses differ") and "[65, 1]: the errors are the size of bfloat16 rounding" \
+        in lines[1], lines
+    # Two cases told the same story (other counts): said once, as holding on every case.
+    same = shared([failure("a", (8, 16), "each wrong row is the reference times one factor of its own (1 row(s))",
+                           dtype="bfloat16", weight_dtype="bfloat16"),
+                   failure("b", (3, 32), "each wrong row is the reference times one factor of its own (3 row(s))",
+                           dtype="bfloat16", weight_dtype="bfloat16")])
+    assert "N a multiple of 16" in same[0] and "dtype bfloat16" in same[0], same
+    assert same[1] == "diagnosed the same way on every failing case: each wrong row is the reference times one " \
+                      "factor of its own", same
+    assert shared([failure("a", (1,), "x")]) == []  # one case: nothing to compare
