@@ -42,6 +42,7 @@ from pathlib import Path
 from . import mutants
 from .build import ROOT
 from .locations import command, properties_dir, pytest_args
+from .session import SHARERS_ENV
 
 KILLS = Path(__file__).resolve().parent / "mutant_kills"  # the kept killing cases: DEVICE/NAME.json
 
@@ -122,8 +123,9 @@ def _shrunk_case(corpus_dir: Path):
     return sorted(entries, key=lambda e: (not e.shrunk, e.case.numel))[0]
 
 
-def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Result:
-    """Run the suite on one (built) mutant, stopping at its first failing law."""
+def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, processes: int = 1) -> Result:
+    """Run the suite on one (built) mutant, stopping at its first failing law. processes: how many
+    judge side by side (each target worker then takes its share of torch's CPU threads)."""
     work = out_dir / m.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -131,6 +133,8 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     tally = work / "tally"
     tally.mkdir()
     env = dict(os.environ, RMSNORM_TALLY_DIR=str(tally), PYTHONUNBUFFERED="1")
+    if processes > 1:
+        env[SHARERS_ENV] = str(processes)
     cmd = [sys.executable, "-m", "pytest", str(properties_dir()), "-x", "-q", *pytest_args(),
            f"--hypothesis-profile={profile}", f"--rmsnorm-target=mutant:{m.name}", f"--rmsnorm-device={device}",
            f"--rmsnorm-corpus={work / 'corpus'}", f"--junitxml={junit}"]
@@ -153,11 +157,20 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path) -> Res
     return r
 
 
+def _worker_env(processes: int) -> dict:
+    """torch's CPU threads for a worker mutate starts itself, where `processes` judge side by side:
+    its share of the cores. Each would otherwise start a thread per core (9 processes on 16 cores,
+    144 threads, beside 8 compilers in the GPU lane)."""
+    from .session import THREADS_ENV
+
+    return {THREADS_ENV: str(max(1, (os.cpu_count() or 1) // processes))} if processes > 1 else {}
+
+
 def kept_path(m: mutants.Mutant, device: str, kills_dir: Path | None = None) -> Path:
     return (kills_dir or KILLS) / device / f"{m.name}.json"
 
 
-def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None) -> Result | None:
+def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None, processes: int = 1) -> Result | None:
     """The mutant on its kept case, in a worker of its own: a Result when that case kills it (a law
     fails, or the worker crashes or hangs), None when there is no kept case or it no longer kills."""
     from . import corpus, laws
@@ -171,7 +184,7 @@ def replay_kept(m: mutants.Mutant, *, device: str, kills_dir: Path | None = None
         print(f"  {m.name}: its kept case names no law of the suite ({entry.law!r}): searching afresh", flush=True)
         return None
     t0 = time.perf_counter()
-    runner = Runner(f"mutant:{m.name}", device)
+    runner = Runner(f"mutant:{m.name}", device, env=_worker_env(processes))
     try:
         runner.start()
         v = runner.check(entry.law, entry.case)
@@ -257,8 +270,8 @@ def _score_line(results: list[Result], device: str, profile: str) -> str:
 class Original:
     """The unmutated sources in a worker process of their own, to replay killing cases on."""
 
-    def __init__(self, device: str) -> None:
-        self.device = device
+    def __init__(self, device: str, processes: int = 1) -> None:
+        self.device, self.processes = device, processes
         self._runner = None
         self._lock = threading.Lock()
 
@@ -272,7 +285,8 @@ class Original:
         entry = corpus.load_entry(Path(r.corpus_file))
         with self._lock:
             if self._runner is None:
-                self._runner = Runner(f"mutant:{mutants.ORIGINAL.name}", self.device)
+                self._runner = Runner(f"mutant:{mutants.ORIGINAL.name}", self.device,
+                                      env=_worker_env(self.processes))
                 self._runner.start()
             v = self._runner.check(entry.law, entry.case)
         if v.status == "pass":
@@ -320,6 +334,7 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     if not chosen:
         raise ValueError(f"no mutants for the suite among those chosen: {', '.join(m.name for m in by_sanitizer)} "
                          f"are judged by compute-sanitizer ({command()} sanitize --target mutant:NAME)")
+    processes = max(1, jobs) + 1  # the jobs, and the original judged beside them: they share the cores
     problems = mutants.check_catalogue()
     if problems:
         raise ValueError("the mutant catalogue does not match the sources:\n  " + "\n  ".join(problems))
@@ -368,12 +383,13 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
         t.start()
     base_box: list[Result] = []
     base_thread = threading.Thread(
-        target=lambda: base_box.append(judge(mutants.ORIGINAL, device=device, profile=profile, out_dir=out_dir)),
+        target=lambda: base_box.append(judge(mutants.ORIGINAL, device=device, profile=profile, out_dir=out_dir,
+                                           processes=processes)),
         daemon=True)
     base_thread.start()
     results: dict[str, Result] = {}
     builds: dict[str, float] = {}
-    original = Original(device)
+    original = Original(device, processes)
 
     def one(m: mutants.Mutant) -> Result:
         try:
@@ -382,13 +398,13 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
             return Result(m.name, m.lane, m.bug, m.echoes, "error", message=f"{type(e).__name__}: {e}"[-300:])
 
     def judged(m: mutants.Mutant) -> Result:
-        r = None if fresh else replay_kept(m, device=device, kills_dir=kills_dir)
+        r = None if fresh else replay_kept(m, device=device, kills_dir=kills_dir, processes=processes)
         if r is not None:
             r.confirmed = original.confirm(r)
             if r.confirmed != "yes":  # the original fails the kept case too: it kills nothing; search
                 r = None
         if r is None:
-            r = judge(m, device=device, profile=profile, out_dir=out_dir)
+            r = judge(m, device=device, profile=profile, out_dir=out_dir, processes=processes)
             if r.status == "killed":
                 r.source = "search"
                 r.confirmed = original.confirm(r)

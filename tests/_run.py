@@ -22,7 +22,7 @@ def _session_corpus() -> str:
 def run(args, *, env=None, timeout=900):
     e = dict(os.environ)
     for k in ("RMSNORM_TARGET", "RMSNORM_STRICT", "RMSNORM_CORPUS", "RMSNORM_TALLY_DIR", "PYTEST_XDIST_WORKER",
-              "RMSNORM_CONTRACT", "RMSNORM_CONTRACT_FROM", "RMSNORM_BUILT", "RMSNORM_BUDGET_END"):
+              "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "RMSNORM_CONTRACT", "RMSNORM_CONTRACT_FROM", "RMSNORM_BUILT", "RMSNORM_BUDGET_END"):
         e.pop(k, None)
     # Saved cases go to a folder of this test session, never the clone's corpus/ (a gate without
     # --corpus once left corpus/module-tests.targets.batch_variant/ there); --corpus still wins.

@@ -19,6 +19,7 @@ def gate(*args, env=None, timeout=900):
     return code, out, time.monotonic() - t0
 
 
+@pytest.mark.exclusive("a ratio of wall times")
 def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one_that_does_not(tmp_path):
     target = ["--target", "module:tests.targets.compiles_per_shape", "--corpus", str(tmp_path)]
     code, out, plain_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0"})
@@ -37,6 +38,7 @@ def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one
     assert compiling_s <= 2 * plain_s, f"{compiling_s:.0f} s with compiles against {plain_s:.0f} s without\n{line}"
 
 
+@pytest.mark.exclusive("a budget bound")
 def test_the_budget_cuts_short_a_case_still_running(tmp_path):
     # tests.targets.hang never returns when N > 100: its case would run to the case timeout (120 s)
     code, out, wall = gate("--target", "module:tests.targets.hang", "--corpus", str(tmp_path), "--budget", "20",

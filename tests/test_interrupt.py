@@ -16,6 +16,8 @@ import pytest
 
 from tests._run import ROOT
 
+pytestmark = pytest.mark.exclusive("when the signal lands among the laws is timed")
+
 # Each fuzz run is held to one test of the suite (the laws that run on the CPU lane), so the
 # interrupt lands inside it; the delays vary where in the law it lands.
 TESTS = ("forward_matches_reference", "backward_matches_reference", "gradcheck", "autograd_grad_out",

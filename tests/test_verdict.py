@@ -131,6 +131,7 @@ def test_a_failure_under_x_is_failed_with_or_without_workers(tmp_path, workers):
     assert code == 1 and "rmsnorm gate FAILED" in out and "INTERRUPTED" not in out, out[-3000:]
 
 
+@pytest.mark.exclusive("when the signal lands is timed")
 def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
     """SIGTERM to the gate alone (as `timeout` and CI runners send it), workers and all: it once died
     with nothing printed."""
@@ -167,6 +168,7 @@ def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
     assert not stray.strip(), stray
 
 
+@pytest.mark.exclusive("a budget bound")
 def test_the_budget_bounds_a_run_whose_failure_is_still_shrinking(tmp_path):
     """A failing law's shrinking was never cut: a gate with --budget 200 still ran at 261 s."""
     import re

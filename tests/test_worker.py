@@ -1,5 +1,7 @@
 """The worker survives what targets do: crashes, hangs, rejections, wrong answers."""
 
+import pytest
+
 from harness.cases import Case
 from harness.worker import Runner
 from tests._run import pytest_run, run
@@ -18,6 +20,7 @@ def test_a_crash_is_reported_and_the_run_goes_on():
         r.stop()
 
 
+@pytest.mark.exclusive("how fast a worker restarts")
 def test_workers_restart_fast_and_see_the_parents_environment(monkeypatch):
     """A forkserver worker (the default) restarts without importing torch again, and sees the
     environment of the process that asked for it, not the server's."""
