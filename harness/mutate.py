@@ -322,9 +322,22 @@ def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_
     from .target import default_device
 
     device = device or default_device()
+    before = os.environ.get("RMSNORM_BUILD")
     if device == "cpu":
         # Mutants of the CPU lane need no CUDA code; leaving it out makes every build faster.
         os.environ["RMSNORM_BUILD"] = "cpu"
+    try:
+        return _main(names=names, device=device, profile=profile, jobs=jobs, with_baseline=with_baseline,
+                     report=report, build_jobs=build_jobs, fresh=fresh, keep_new=keep_new, kills_dir=kills_dir)
+    finally:  # called in-process (the tests), it leaves the environment as it found it
+        if before is None:
+            os.environ.pop("RMSNORM_BUILD", None)
+        else:
+            os.environ["RMSNORM_BUILD"] = before
+
+
+def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_baseline: bool,
+          report: Path | None, build_jobs: int, fresh: bool, keep_new: bool, kills_dir: Path | None) -> int:
     chosen = mutants.select(names, mutants.lanes_for(device))
     if not chosen:
         raise ValueError(f"no mutants to run on {device}: the chosen ones break the other device's code "

@@ -1,14 +1,12 @@
-"""How the tests share the machine when pytest-xdist runs them side by side (the README's test line
-runs two workers, a file a worker): every test holds a shared lock while it runs, and a test
-marked ``exclusive`` holds it alone, so nothing runs beside it. Those are the tests whose
+"""How the tests share the machine when pytest-xdist runs them side by side (`-n 2 --dist
+loadfile`; the README's test line runs them one after another): every test holds a shared lock
+while it runs, and a test marked ``exclusive`` holds it alone, so nothing runs beside it. Those are the tests whose
 assertions are about time (a budget bound, when a signal lands, a ratio of wall times, how fast a
 worker restarts): another test's load beside them would make them measure that load.
 
 The lock is writer-first: an exclusive test takes a turnstile before it waits for the shared
 holders to finish, and no new shared holder gets past the turnstile meanwhile. Without xdist no
 lock is taken.
-
-``long(why)`` marks a test that takes over a minute on the 2-core CI machine, and says why it must.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import pytest
 def pytest_configure(config):
     config.addinivalue_line("markers", "exclusive(why): run with no other test beside it (its assertions are "
                                        "about time)")
-    config.addinivalue_line("markers", "long(why): over a minute on the 2-core CI machine, and why it must be")
 
 
 def _lock_dir() -> Path | None:
