@@ -58,9 +58,12 @@ std::tuple<at::Tensor, at::Tensor> forward_cuda(const at::Tensor& x, const at::T
     const size_t bytes = rmsnorm_fwd_workspace_bytes<cuda_t<T>, cuda_t<W>>(cuda_ptr<T>(xr.owner), xr.row_stride,
                                                                          cuda_ptr<W>(w), xr.rows, xr.n);
     const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
-    launch_rmsnorm_fwd<cuda_t<T>, cuda_t<W>>(cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w),
-                                             cuda_ptr<T>(y), inv.data_ptr<A>(), workspace.data_ptr(), xr.rows,
-                                             xr.n, static_cast<A>(eps), stream);
+    // The launcher returns the error of a launch that returns one (cudaLaunchKernelEx), the launch
+    // check reads the others'.
+    const cudaError_t launched = launch_rmsnorm_fwd<cuda_t<T>, cuda_t<W>>(
+        cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w), cuda_ptr<T>(y), inv.data_ptr<A>(),
+        workspace.data_ptr(), xr.rows, xr.n, static_cast<A>(eps), stream);
+    C10_CUDA_CHECK(launched);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {y, inv};
@@ -88,10 +91,11 @@ std::tuple<at::Tensor, at::Tensor> backward_cuda(const at::Tensor& grad_out, con
         cuda_ptr<T>(dyr.owner), dyr.row_stride, cuda_ptr<T>(xr.owner), xr.row_stride, cuda_ptr<W>(w), xr.rows,
         xr.n);
     const at::Tensor workspace = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
-    launch_rmsnorm_bwd<cuda_t<T>, cuda_t<W>>(
+    const cudaError_t launched = launch_rmsnorm_bwd<cuda_t<T>, cuda_t<W>>(
         cuda_ptr<T>(dyr.owner), dyr.row_stride, cuda_ptr<T>(xr.owner), xr.row_stride,
         cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dx), cuda_ptr<W>(dw),
         workspace.data_ptr(), xr.rows, xr.n, stream);
+    C10_CUDA_CHECK(launched);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {dx, dw};

@@ -163,7 +163,7 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "cuda_ptr<W>(w), inv.data_ptr<A>(), cuda_ptr<T>(dyr.owner), cuda_ptr<W>(dw),"),)),
     Mutant("cuda_zero_rows_empty_grid", "cuda", "zero rows launched as an empty grid",
            (Edit(CUDA_BIND, "  if (xr.rows == 0) return {y, inv};\n", ""),
-            Edit(LAUNCH, "if (rows == 0 || n == 0) return;", "if (n == 0) return;"))),
+            Edit(LAUNCH, "if (rows == 0 || n == 0) return cudaSuccess;", "if (n == 0) return cudaSuccess;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
     Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
            (Edit(LAUNCH, "    if (p.ok()) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged(",
@@ -174,8 +174,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                  count=2),)),
     Mutant("fast_accumulate_in_half", "cuda", "sum of squares accumulated in fp16/bf16 (fast path)",
            (Edit(ROWS, "          ss += a * a;", "          ss = dev::to_acc(dev::from_acc<T>(ss + a * a));"),
-            Edit(ROWS, "        ss += a * a;\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)",
-                 "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)")),
+            Edit(ROWS, "        ss += a * a;\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)",
+                 "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)")),
            echoes="nntrainer/nntrainer#3935"),
     Mutant("fast_weight_index", "cuda", "the weight's first element of each vector used for the whole vector (fast path)",
            (Edit(ROWS, "inv * static_cast<float>(dev::to_acc(w.v[k])));", "inv * static_cast<float>(dev::to_acc(w.v[0])));",
@@ -204,6 +204,10 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
     Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before the cluster barrier",
            (Edit(DEV, "    cluster.sync();\n    v = slots.cta[parity][0];", "    v = slots.cta[parity][0];"),)),
+    Mutant("cluster_entry_wait_missing", "cuda", "partial sums written into the shared memory of cluster peers that "
+           "may not have started (no wait on the entry barrier)",
+           (Edit(DEV, "    entry.wait_once();  // every peer has entered: its shared memory may be written\n", ""),),
+           sanitizer="racecheck", by_suite=False, sanitize_paths=(6, 7)),  # clusters of 4 and 8
     Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
            (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",
                  "const T* xr = x + static_cast<int>(row) * static_cast<int>(x_row_stride);\n    V xv[kVpt];"),

@@ -29,14 +29,16 @@ template <typename T, typename W>
 size_t rmsnorm_fwd_workspace_bytes(const T* x, int64_t x_row_stride, const W* weight, int64_t rows,
                                    int64_t n);
 
+// The launchers return the error of a launch that returns one (cudaLaunchKernelEx); check it, and
+// cudaGetLastError for the others' (<<<>>>), after each call.
 template <typename T, typename W>
-void launch_rmsnorm_fwd(const T* x,        // [rows, x_row_stride], unit column stride
-                        int64_t x_row_stride,
-                        const W* weight,   // [n]
-                        T* y,              // [rows, n], contiguous, 16-byte aligned
-                        AccT<T>* inv_rms,  // [rows]
-                        void* workspace,   // rmsnorm_fwd_workspace_bytes(...), 16-byte aligned
-                        int64_t rows, int64_t n, AccT<T> eps, cudaStream_t stream);
+cudaError_t launch_rmsnorm_fwd(const T* x,        // [rows, x_row_stride], unit column stride
+                               int64_t x_row_stride,
+                               const W* weight,   // [n]
+                               T* y,              // [rows, n], contiguous, 16-byte aligned
+                               AccT<T>* inv_rms,  // [rows]
+                               void* workspace,   // rmsnorm_fwd_workspace_bytes(...), 16-byte aligned
+                               int64_t rows, int64_t n, AccT<T> eps, cudaStream_t stream);
 
 // Bytes of scratch launch_rmsnorm_bwd needs: grad_weight's partial sums, and the aligned copies
 // the forward's workspace describes (of grad_out and x).
@@ -47,15 +49,15 @@ size_t rmsnorm_bwd_workspace_bytes(const T* dy, int64_t dy_row_stride, const T* 
 // grad_x for every row, then grad_weight in two deterministic stages (no atomics). With zero
 // rows it still writes grad_weight (zeros).
 template <typename T, typename W>
-void launch_rmsnorm_bwd(const T* dy,             // [rows, dy_row_stride], unit column stride
-                        int64_t dy_row_stride,
-                        const T* x,              // [rows, x_row_stride], unit column stride
-                        int64_t x_row_stride,
-                        const W* weight,         // [n]
-                        const AccT<T>* inv_rms,  // [rows]
-                        T* dx,                   // [rows, n], contiguous, 16-byte aligned
-                        W* dw,                   // [n]
-                        void* workspace,         // rmsnorm_bwd_workspace_bytes(...), 16-byte aligned
-                        int64_t rows, int64_t n, cudaStream_t stream);
+cudaError_t launch_rmsnorm_bwd(const T* dy,             // [rows, dy_row_stride], unit column stride
+                               int64_t dy_row_stride,
+                               const T* x,              // [rows, x_row_stride], unit column stride
+                               int64_t x_row_stride,
+                               const W* weight,         // [n]
+                               const AccT<T>* inv_rms,  // [rows]
+                               T* dx,                   // [rows, n], contiguous, 16-byte aligned
+                               W* dw,                   // [n]
+                               void* workspace,         // rmsnorm_bwd_workspace_bytes(...), 16-byte aligned
+                               int64_t rows, int64_t n, cudaStream_t stream);
 
 }  // namespace rmsnorm

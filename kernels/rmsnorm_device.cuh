@@ -132,6 +132,27 @@ struct ReduceSlots {
   float cta[2][16];  // the cluster's CTA totals, by rank, pushed here by each CTA
 };
 
+// A CTA of a cluster may start after its peers: nothing may write into its shared memory before
+// it has entered (racecheck: "located in a block that might not have entered yet"). So every
+// thread of a cluster kernel arrives at a cluster barrier on entry (ClusterEntry's constructor),
+// and waits on that barrier once, before its first write into a peer (group_sum): the row's first
+// loads are in flight meanwhile. Every thread of the CTA must construct it and call group_sum.
+template <bool kCluster>
+struct ClusterEntry {
+  bool waited = !kCluster;
+  __device__ __forceinline__ ClusterEntry() {
+    if constexpr (kCluster) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
+  __device__ __forceinline__ void wait_once() {
+    if constexpr (kCluster) {
+      if (!waited) {
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        waited = true;
+      }
+    }
+  }
+};
+
 // The sum of v over the `group` threads that share a row (group is a power of two; groups are
 // consecutive thread ranges of the CTA), then over the CTAs of the cluster when kCluster (one
 // group per CTA then). Every thread of the group returns the same bits. The order of the sum
@@ -139,7 +160,8 @@ struct ReduceSlots {
 // the group in order, the CTAs of the cluster in rank order. Every thread of the CTA must call
 // it (it holds a barrier when group > 32, and a cluster barrier when kCluster).
 template <bool kCluster>
-__device__ __forceinline__ float group_sum(float v, int group, int parity, ReduceSlots& slots) {
+__device__ __forceinline__ float group_sum(float v, int group, int parity, ReduceSlots& slots,
+                                           ClusterEntry<kCluster>& entry) {
   const int width = group < kWarpSize ? group : kWarpSize;
   for (int offset = width / 2; offset > 0; offset /= 2) {
     v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -160,6 +182,7 @@ __device__ __forceinline__ float group_sum(float v, int group, int parity, Reduc
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned int ctas = cluster.num_blocks();
+    entry.wait_once();  // every peer has entered: its shared memory may be written
     if (threadIdx.x < ctas) *cluster.map_shared_rank(&slots.cta[parity][cluster.block_rank()], threadIdx.x) = v;
     cluster.sync();
     v = slots.cta[parity][0];

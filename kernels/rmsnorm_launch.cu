@@ -90,10 +90,10 @@ size_t rmsnorm_fwd_workspace_bytes(const T* x, int64_t x_row_stride, const W* we
 }
 
 template <typename T, typename W>
-void launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
-                        AccT<T>* inv_rms, void* workspace, int64_t rows, int64_t n, AccT<T> eps,
-                        cudaStream_t stream) {
-  if (rows == 0 || n == 0) return;
+cudaError_t launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
+                               AccT<T>* inv_rms, void* workspace, int64_t rows, int64_t n, AccT<T> eps,
+                               cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
   const plan::Plan p = forward_plan_for<T>(n);
   if constexpr (has_fast_path<T>()) {
     if (p.ok()) {
@@ -108,6 +108,7 @@ void launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight, T* y,
     }
   }
   paths::fallback_forward<T, W>(x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
+  return cudaSuccess;
 }
 
 template <typename T, typename W>
@@ -120,10 +121,10 @@ size_t rmsnorm_bwd_workspace_bytes(const T* dy, int64_t dy_row_stride, const T* 
 }
 
 template <typename T, typename W>
-void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
-                        const W* weight, const AccT<T>* inv_rms, T* dx, W* dw,
-                        void* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
+cudaError_t launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
+                               const W* weight, const AccT<T>* inv_rms, T* dx, W* dw,
+                               void* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
   const plan::Plan p = rows == 0 ? plan::Plan{} : backward_plan_for<T>(n);
   if constexpr (has_fast_path<T>()) {
     if (p.ok()) {
@@ -133,30 +134,30 @@ void launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, int64_t 
       x = staged(x, x_row_stride, rows, n, ws, stream);
       int64_t w_stride = n;
       weight = staged(weight, w_stride, 1, n, ws, stream);
-      if (p.cluster == 1) {
-        paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
-                                          partial, rows, n, stream);
-      } else {
-        paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx,
-                                         partial, rows, n, stream);
-      }
+      const cudaError_t err =
+          p.cluster == 1 ? paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight,
+                                                             inv_rms, dx, partial, rows, n, stream)
+                         : paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight,
+                                                            inv_rms, dx, partial, rows, n, stream);
+      if (err != cudaSuccess) return err;
       paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
-      return;
+      return cudaSuccess;
     }
   }
   paths::fallback_backward<T, W>(dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, dw,
                                  static_cast<AccT<T>*>(workspace), rows, n, stream);
+  return cudaSuccess;
 }
 
 #define RMSNORM_INSTANTIATE(T, W)                                                              \
   template size_t rmsnorm_fwd_workspace_bytes<T, W>(const T*, int64_t, const W*, int64_t, int64_t); \
-  template void launch_rmsnorm_fwd<T, W>(const T*, int64_t, const W*, T*, AccT<T>*, void*,       \
-                                         int64_t, int64_t, AccT<T>, cudaStream_t);              \
+  template cudaError_t launch_rmsnorm_fwd<T, W>(const T*, int64_t, const W*, T*, AccT<T>*, void*, \
+                                                int64_t, int64_t, AccT<T>, cudaStream_t);       \
   template size_t rmsnorm_bwd_workspace_bytes<T, W>(const T*, int64_t, const T*, int64_t,       \
                                                     const W*, int64_t, int64_t);                \
-  template void launch_rmsnorm_bwd<T, W>(const T*, int64_t, const T*, int64_t, const W*,       \
-                                         const AccT<T>*, T*, W*, void*, int64_t, int64_t,       \
-                                         cudaStream_t);
+  template cudaError_t launch_rmsnorm_bwd<T, W>(const T*, int64_t, const T*, int64_t, const W*, \
+                                                const AccT<T>*, T*, W*, void*, int64_t, int64_t, \
+                                                cudaStream_t);
 
 RMSNORM_FOR_EACH_PAIR(RMSNORM_INSTANTIATE)
 #undef RMSNORM_INSTANTIATE

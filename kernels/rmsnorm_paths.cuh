@@ -18,15 +18,17 @@ namespace paths {
 
 // Fast paths: T is float, __half or __nv_bfloat16 and W is T or float (16-byte vectors); every
 // row of every tensor and the weight start on 16-byte boundaries (the launcher stages them so);
-// kCluster false is rmsnorm_rows.cu's path, true rmsnorm_cluster.cu's.
+// kCluster false is rmsnorm_rows.cu's path, true rmsnorm_cluster.cu's. They return the error of
+// their launch (cudaLaunchKernelEx returns it; the <<<>>> launches of the fallback and the copies
+// leave theirs for cudaGetLastError). rows > 0.
 template <typename T, typename W, bool kCluster>
-void fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
-                  float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream);
+cudaError_t fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
+                         float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream);
 // Writes grad_x and partial[plan::backward_units(p, rows), n].
 template <typename T, typename W, bool kCluster>
-void fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
-                   int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
-                   float* partial, int64_t rows, int64_t n, cudaStream_t stream);
+cudaError_t fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
+                          int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
+                          float* partial, int64_t rows, int64_t n, cudaStream_t stream);
 // dw[i] = sum over u < units of partial[u, i], in a fixed order; zeros when units is 0.
 template <typename W>
 void dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream);

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
+  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int per_unit = blockDim.x / group;
   const int lane = threadIdx.x % group;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
         ss += a * a;
       }
     }
-    ss = dev::group_sum<kCluster>(ss, group, parity, slots);
+    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);
     const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
     if (!active) continue;
     if (lane == 0 && rank == 0) inv_rms[row] = inv;
@@ -137,6 +138,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
+  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm
         }
       }
     }
-    ss = dev::group_sum<kCluster>(ss, group, parity, slots);
+    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);
     const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
     if (lane == 0 && rank == 0) inv_rms[row] = inv;
     T* yr = y + row * n;
@@ -213,6 +215,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
+  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int per_unit = blockDim.x / group;
   const int group_index = threadIdx.x / group;
   const int lane = threadIdx.x % group;
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
         acc[v][k] += dev::to_acc(dv[v].v[k]) * (dev::to_acc(xv[v].v[k]) * inv);
       }
     }
-    dot = dev::group_sum<kCluster>(dot, group, parity, slots);
+    dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
     if (!active) continue;
     T* dxr = dx + row * n;
@@ -365,6 +368,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
+  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
@@ -414,7 +418,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
         }
       }
     }
-    dot = dev::group_sum<kCluster>(dot, group, parity, slots);
+    dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
     T* dxr = dx + row * n;
 #pragma unroll
@@ -479,8 +483,10 @@ inline void set_attribute_once(const void* kernel, cudaFuncAttribute attribute, 
 
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
 // pdl: allow it to start while the kernel before it finishes (dev::wait_for_previous_grid).
+// Returns cudaLaunchKernelEx's error: it is returned, not left for cudaGetLastError (an empty grid
+// launched this way raised nothing through the binding's launch check on the H200, issue 25).
 template <bool kCluster, typename Kernel, typename... Args>
-void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool pdl, cudaStream_t stream,
+cudaError_t launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool pdl, cudaStream_t stream,
             Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned int>(units * p.cluster));
@@ -510,32 +516,32 @@ void launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool
     set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(smem));
   }
-  cudaLaunchKernelEx(&config, kernel, args...);
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 template <typename T, typename W, bool kCluster>
-void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
+cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
              float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   const int64_t units = plan::forward_units(p, rows);
   if (p.staged) {
     constexpr int kVpt = plan::kFwdStagedVpt;
     if (p.vpt == kVpt) {
-      launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.forward_staged_bytes(), true, stream, x,
-                       x_row_stride, weight, y, inv_rms, rows, n, eps);
+      return launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.forward_staged_bytes(), true,
+                              stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
     } else if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
       if (p.vpt == 2 * kVpt) {
-        launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.forward_staged_bytes(), true, stream, x,
-                         x_row_stride, weight, y, inv_rms, rows, n, eps);
+        return launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.forward_staged_bytes(),
+                                true, stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
       }
     }
-    return;
+    return cudaErrorInvalidValue;  // no kernel for this plan
   }
   switch (p.vpt) {
 #define RMSNORM_FWD_CASE(VPT)                                                                   \
   case VPT:                                                                                     \
     if constexpr (!kCluster || VPT == plan::kFwdClusterVpt) {                                       \
-      launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, true, stream, x, x_row_stride,   \
-                       weight, y, inv_rms, rows, n, eps, p.group);                              \
+      return launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, true, stream, x,      \
+                              x_row_stride, weight, y, inv_rms, rows, n, eps, p.group);         \
     }                                                                                           \
     break;
     RMSNORM_FWD_CASE(1)
@@ -546,30 +552,31 @@ void forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* wei
     default:
       break;
   }
+  return cudaErrorInvalidValue;  // no kernel for this plan
 }
 
 template <typename T, typename W, bool kCluster>
-void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
-              int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx, float* partial,
-              int64_t rows, int64_t n, cudaStream_t stream) {
+cudaError_t backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
+                     int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx, float* partial,
+                     int64_t rows, int64_t n, cudaStream_t stream) {
   const int64_t units = plan::backward_units(p, rows);
   if (p.staged) {
     constexpr int kVpt = plan::kBwdStagedVpt;
     if (p.vpt == kVpt) {
-      launch<kCluster>(bwd_staged_kernel<T, W, kVpt, kCluster>, p, units,
-                       static_cast<size_t>(plan::backward_staged_bytes(p, vec_of<T>())), false, stream, dy,
-                       dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n);
+      return launch<kCluster>(bwd_staged_kernel<T, W, kVpt, kCluster>, p, units,
+                              static_cast<size_t>(plan::backward_staged_bytes(p, vec_of<T>())), false, stream,
+                              dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n);
     }
-    return;
+    return cudaErrorInvalidValue;  // no kernel for this plan
   }
   const size_t smem = bwd_scratch_bytes(p, vec_of<T>());
   switch (p.vpt) {
 #define RMSNORM_BWD_CASE(VPT)                                                                  \
   case VPT:                                                                                    \
     if constexpr (!kCluster || VPT == plan::kBwdClusterVpt) {                                      \
-      launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, false, stream, dy,     \
-                       dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n,  \
-                       p.group);                                                               \
+      return launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, false, stream, dy,  \
+                              dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows,  \
+                              n, p.group);                                                         \
     }                                                                                          \
     break;
     RMSNORM_BWD_CASE(1)
@@ -578,6 +585,7 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
     default:
       break;
   }
+  return cudaErrorInvalidValue;  // no kernel for this plan
 }
 
 }  // namespace rows
@@ -585,16 +593,16 @@ void backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* 
 namespace paths {
 
 template <typename T, typename W, bool kCluster>
-void fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
-                  float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
-  rows::forward<T, W, kCluster>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
+cudaError_t fast_forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const W* weight, T* y,
+                         float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  return rows::forward<T, W, kCluster>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
 }
 
 template <typename T, typename W, bool kCluster>
-void fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
-                   int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
-                   float* partial, int64_t rows, int64_t n, cudaStream_t stream) {
-  rows::backward<T, W, kCluster>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial,
+cudaError_t fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
+                          int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
+                          float* partial, int64_t rows, int64_t n, cudaStream_t stream) {
+  return rows::backward<T, W, kCluster>(p, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial,
                                  rows, n, stream);
 }
 
@@ -604,9 +612,9 @@ void fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, cons
 // Explicit instantiation of a fast path (kCluster = CLUSTER) for one (T, W) pair: each of
 // rmsnorm_rows.cu and rmsnorm_cluster.cu expands it for every fast pair, so the two build apart.
 #define RMSNORM_INSTANTIATE_FAST_PATH(T, W, CLUSTER)                                             \
-  template void rmsnorm::paths::fast_forward<T, W, CLUSTER>(                                     \
+  template cudaError_t rmsnorm::paths::fast_forward<T, W, CLUSTER>(                              \
       const rmsnorm::plan::Plan&, const T*, int64_t, const W*, T*, float*, int64_t, int64_t,     \
       float, cudaStream_t);                                                                      \
-  template void rmsnorm::paths::fast_backward<T, W, CLUSTER>(                                    \
+  template cudaError_t rmsnorm::paths::fast_backward<T, W, CLUSTER>(                             \
       const rmsnorm::plan::Plan&, const T*, int64_t, const T*, int64_t, const W*, const float*,  \
       T*, float*, int64_t, int64_t, cudaStream_t);

@@ -131,8 +131,8 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
         return c.rows > 0 and (c.dtype == "float64" or c.n % vec(c) != 0)
 
     chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
-    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "fast_slots_single_buffered",
-                           "fast_staged_copy_not_awaited"}
+    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "cluster_entry_wait_missing",
+                           "fast_slots_single_buffered", "fast_staged_copy_not_awaited"}
     for name, paths in chosen.items():
         assert paths and all(0 <= i < len(PATHS) for i in paths), (name, paths)
     cases = sample()
@@ -151,6 +151,8 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     plan = {i: tuple(map(int, line.split())) for i, line in zip(fast, out)}
     warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan and max(plan[i][0], plan[i][2]) > 32]
     assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
+    clusters = {(d, plan[i][1 + 2 * d]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in (0, 1)}
+    assert {cl for d, cl in clusters if d == 0} - {1} and {cl for d, cl in clusters if d == 1} - {1}, clusters
     # Backward units that take a second pass, with rows of several warps (the slots' parity matters).
     twice = [i for i in chosen["fast_slots_single_buffered"] if i in plan and plan[i][2] > 32
              and cases[i].rows > plan[i][5] * plan[i][6]]
