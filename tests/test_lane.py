@@ -34,9 +34,6 @@ def test_the_cuda_code_is_the_code_the_gpu_lane_ran():
             f"{fields.get('commit', '?')}): run `bash .ci/gpu-lane` on a GPU at this tree, or put {name} back")
 
 
-@pytest.mark.xfail(strict=True, reason="the lane at ff6dfeb did not pass: racecheck found the cluster exchange writing "
-                                       "into CTAs that may not have started, and mutate did not run "
-                                       "(benchmarks/gpu-lane.md)")
 def test_the_recorded_gpu_lane_passed():
     assert lane.mismatches(lane.RECORD.read_text(), lane.tree_ids()) == []
 
