@@ -249,8 +249,11 @@ def cmd_gate(args) -> int:
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         verdict = f"INTERRUPTED ({interrupts.signal_name()})"
 
-    if code == EXIT_FAILED and COVERAGE_VERDICT:  # every test that ran passed: the floors failed it
+    if code == EXIT_FAILED and COVERAGE_VERDICT and not RECORDED["failed"]:  # every test passed: the floors failed it
         verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
+    elif code == EXIT_FAILED and RECORDED["failed"]:  # laws failed, whatever the floors say besides
+        verdict += f" ({RECORDED['failed']} test(s) failed" + \
+            (f"; coverage too: {'; '.join(COVERAGE_VERDICT)})" if COVERAGE_VERDICT else ")")
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
