@@ -241,7 +241,8 @@ def cmd_gate(args) -> int:
 
     # The verdict from what the run recorded: a law that failed fails the run however it stopped
     # (-x, --maxfail, -n, a signal); interrupted only when a signal stopped it with nothing failed.
-    if (RECORDED["failed"] or (RECORDED["worker_down"] and not interrupts.received())) and code != EXIT_SETUP:
+    failed = RECORDED["failed"] + RECORDED["unfinished"]  # a law stopped while shrinking has failed
+    if (failed or (RECORDED["worker_down"] and not interrupts.received())) and code != EXIT_SETUP:
         code = EXIT_FAILED
     elif interrupts.received() or code == EXIT_INTERRUPTED:  # laws cut off by a signal are not a failure
         code = interrupts.exit_code()
@@ -249,14 +250,23 @@ def cmd_gate(args) -> int:
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         verdict = f"INTERRUPTED ({interrupts.signal_name()})"
 
-    if code == EXIT_FAILED and COVERAGE_VERDICT and not RECORDED["failed"]:  # every test passed: the floors failed it
+    if code == EXIT_FAILED and COVERAGE_VERDICT and not failed:  # every test passed: the floors failed it
         verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
-    elif code == EXIT_FAILED and RECORDED["failed"]:  # laws failed, whatever the floors say besides
-        verdict += f" ({RECORDED['failed']} test(s) failed" + \
-            (f"; coverage too: {'; '.join(COVERAGE_VERDICT)})" if COVERAGE_VERDICT else ")")
+    elif code == EXIT_FAILED and failed:  # laws failed, whatever the floors say besides
+        verdict += f" ({describe_failed(RECORDED['failed'], RECORDED['unfinished'], COVERAGE_VERDICT)})"
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
+
+
+def describe_failed(tests: int, unfinished: int, coverage: list[str]) -> str:
+    """What failed a run whose laws failed: its failed tests, the laws stopped while shrinking (a
+    signal, the end of a session), and any coverage floor not met besides."""
+    parts = ([f"{tests} test(s) failed"] if tests else []) + \
+            ([f"{unfinished} law(s) failed, stopped while shrinking"] if unfinished else [])
+    if coverage:
+        parts.append(f"coverage too: {'; '.join(coverage)}")
+    return "; ".join(parts)
 
 
 def cmd_replay(args) -> int:

@@ -155,8 +155,9 @@ def _progress(stop: threading.Event, t0: float, deadline: float, state: dict) ->
         last = now
         n = sum(sum(c.values()) for c in session.TALLY.by_law.values())
         rate = n / max(now - t0, 1e-9)
+        failing = set(state["failed"]) | set(session.TALLY.unfinished)  # found failing, shrinking or shrunk
         line = (f"fuzz: {now - t0:6.0f} s of {deadline - t0:.0f} | {n} cases ({rate:.1f}/s) | "
-                f"{len(state['failed'])} failing law(s) | now: {state['law']}")
+                f"{len(failing)} failing law(s) | now: {state['law']}")
         print(("\r" + line.ljust(110)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
 
@@ -166,7 +167,8 @@ def _status_writer(stop: threading.Event, path: Path, state: dict) -> None:
 
     while not stop.wait(1.0):
         n = sum(sum(c.values()) for c in session.TALLY.by_law.values())
-        _write_json(path, {"cases": n, "failed": sorted(state["failed"]), "law": state["law"], "done": False})
+        failing = set(state["failed"]) | set(session.TALLY.unfinished)  # found failing, shrinking or shrunk
+        _write_json(path, {"cases": n, "failed": sorted(failing), "law": state["law"], "done": False})
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -299,10 +301,14 @@ def _report(tally, state: dict, tests, elapsed: float, interrupted: bool, per_wo
             seen.add((f["law"], f["file"]))
             print(f"FAILED {f['law']} [{f['status']}]: saved {f['file']}")
     for law, msg in state["failed"].items():
-        if not any(f["law"] == law for f in tally.failures):
+        if not any(f["law"] == law for f in tally.failures) and law not in tally.unfinished:
             print(f"FAILED {law}: {msg}")
+    # (summary_lines named the laws stopped while shrinking, with their first failing cases.)
+    from .session import unfinished_failures
+
+    failed = set(state["failed"]) | {f["law"] for f in unfinished_failures(tally)}
     # A law that failed fails the session, interrupted or not; interrupted only with nothing failed.
-    code = 1 if state["failed"] else (interrupts.exit_code() if interrupted else 0)
+    code = 1 if failed else (interrupts.exit_code() if interrupted else 0)
     print(verdict_line({1: "FAILED", 0: "PASSED"}.get(code, f"INTERRUPTED ({interrupts.signal_name()})"), total,
                        elapsed))
     return code

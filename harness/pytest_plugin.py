@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from . import profiles  # noqa: F401  (registers the Hypothesis profiles the options name)
+from .locations import command
 from . import session as _state
 
 
@@ -237,6 +238,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
               (["the target rejected every case"] if t.by_law and checked == 0 else [])
     COVERAGE_VERDICT.clear()
     COVERAGE_VERDICT.extend(reasons)  # what the command's verdict line says, when no test failed
+    RECORDED["unfinished"] = len(_state.unfinished_failures(t))  # failed, though stopped before its test ended
 
 
 COVERAGE_VERDICT: list[str] = []  # set at the end of a run: why it failed on coverage, if it did
@@ -337,6 +339,9 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
     from .story import shared
 
     lines += shared(t.failures)  # one bug, one story: what the failing cases have in common
+    for f in _state.unfinished_failures(t):
+        lines.append(f"FAILED {f['law']} [{f['status']}], stopped while shrinking: {f['message']}; its first failing "
+                     f"case (not shrunk) is saved: {f['file']}; replay: {command()} replay {f['file']}")
     refusals = _state.explain_refusals(t)
     if refusals:
         n = len(t.refusals)

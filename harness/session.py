@@ -45,6 +45,9 @@ class Tally:
         self.seconds: Counter = Counter()
         self.unverified_rows = 0
         self.failures: list[dict] = []
+        # law -> its first failing case, saved before shrinking, while the law's test has not ended: a
+        # run stopped then (Ctrl-C, SIGTERM, a campaign's end) has failed all the same.
+        self.unfinished: dict[str, dict] = {}
         self.cut_short: Counter = Counter()  # laws the wall-time budget stopped
         self.shrink_cut: Counter = Counter()  # failed laws whose shrinking the budget stopped: candidates not run
         # Laws that reached a case with the target able to run them (they apply on this target and
@@ -106,6 +109,7 @@ class Tally:
             "seconds": dict(self.seconds),
             "unverified_rows": self.unverified_rows,
             "failures": self.failures,
+            "unfinished": self.unfinished,
             "worker": dict(self.worker),
             "cut_short": dict(self.cut_short),
             "shrink_cut": dict(self.shrink_cut),
@@ -130,6 +134,8 @@ class Tally:
         self.seconds.update(d.get("seconds", {}))
         self.unverified_rows += d.get("unverified_rows", 0)
         self.failures += d.get("failures", [])
+        for law, f in d.get("unfinished", {}).items():
+            self.unfinished.setdefault(law, f)
         self.worker.update(d.get("worker", {}))
         self.cut_short.update(d.get("cut_short", {}))
         self.shrink_cut.update(d.get("shrink_cut", {}))
@@ -452,6 +458,8 @@ def check(law: str, case: Case) -> Verdict:
         try:
             _SAVED_PROVISIONAL[law] = corpus.save(law, case, error=message, target=identity(), device=r.device,
                                                   shrunk=False)
+            TALLY.unfinished[law] = {"law": law, "status": v.status, "file": str(_SAVED_PROVISIONAL[law]),
+                                     "message": v.message.splitlines()[0][:300] if v.message else v.status}
         except OSError as e:
             message += f"\n  (could not save the case: {e})"
     _raise_failure(message)
@@ -465,11 +473,19 @@ def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
     except OSError as e:
         return message + f"\n  (could not save the case: {e})"
     prev = _SAVED_PROVISIONAL.pop(law, None)
+    TALLY.unfinished.pop(law, None)
     if prev is not None and prev != path:
         prev.unlink(missing_ok=True)
     TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message,
                            "case": case.to_dict()})
     return message + f"\n  saved: {path}\n  replay: {command()} replay {path}"
+
+
+def unfinished_failures(t: "Tally") -> list[dict]:
+    """The laws that had failed when the run stopped, their shrinking not ended (no final case of
+    theirs recorded): each with its first failing case, saved unshrunk."""
+    final = {f["law"] for f in t.failures}
+    return [f for law, f in sorted(t.unfinished.items()) if law not in final]
 
 
 def _require(law: str, info_: dict) -> None:

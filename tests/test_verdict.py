@@ -218,3 +218,63 @@ def test_a_diagnosis_is_printed_only_where_the_numbers_bear_it_out():
     out = judge.diagnose(ref64 * 1.01, ref64, torch.full_like(ref64, 1e-6), torch.ones(4, 64, dtype=torch.bool),
                          torch.ones(4, 64, dtype=torch.bool))
     assert any("times one factor" in d for d in out) and not any("precision" in d for d in out), out
+
+
+def _terminate_once_a_failure_is_saved(cmd: list[str], tmp_path) -> tuple[int, str]:
+    """Run cmd (a gate or a fuzz session of tests.targets.slow_wrong), SIGTERM it once its first
+    failing case is saved (before shrinking ends: each call takes 0.4 s), return (exit, output)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests._run import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RMSNORM_", "PYTEST_XDIST"))}
+    corpus = tmp_path / "corpus"
+    env["RMSNORM_CORPUS"] = str(corpus)
+    log = tmp_path / "run.log"
+    with open(log, "w") as f:
+        p = subprocess.Popen([sys.executable, "-m", "harness", *cmd],
+                             cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not list(corpus.rglob("*.json")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert p.poll() is None, log.read_text()[-3000:]
+        time.sleep(1)
+        os.kill(p.pid, signal.SIGTERM)
+        code = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    return code, log.read_text()
+
+
+@pytest.mark.exclusive("when the signal lands is timed")
+@pytest.mark.parametrize("command", ["gate", "fuzz"])
+def test_a_run_stopped_while_a_failure_shrinks_has_failed(tmp_path, command):
+    """A 4-process fuzz session on the H200 ended past its time (a law's failure still shrinking when
+    SIGTERM came): its table counted 2 failed cases, yet no law was named and the verdict was
+    INTERRUPTED (SIGTERM). The first failing case is saved before shrinking; the run has failed."""
+    target = ["--target", "module:tests.targets.slow_wrong"]
+    cmd = (["gate", "--device", "cpu", "-n", "0", *target, "--", "-k", "test_forward_matches_reference and not large and not tall"]
+           if command == "gate" else
+           ["fuzz", "--device", "cpu", "--workers", "1", "--minutes", "10", *target, "--laws", "forward_matches_reference"])
+    code, out = _terminate_once_a_failure_is_saved(cmd, tmp_path)
+    assert code == 1, out[-3000:]
+    assert f"rmsnorm {command} FAILED" in out and "INTERRUPTED" not in out.split(f"rmsnorm {command} ")[-1], out[-3000:]
+    assert "FAILED forward_matches_reference [fail], stopped while shrinking" in out, out[-3000:]
+    saved = list((tmp_path / "corpus").rglob("*.json"))
+    assert len(saved) == 1 and str(saved[0]) in out, (saved, out[-3000:])
+
+
+def test_a_gate_whose_laws_failed_names_them_before_coverage():
+    """peer:liger-float64 on the H200: laws failed and a floor was not met, and the verdict read
+    'FAILED on coverage', as if every test had passed."""
+    from harness.cli import describe_failed
+
+    assert describe_failed(3, 0, ["1 law(s) checked too few cases"]) == \
+        "3 test(s) failed; coverage too: 1 law(s) checked too few cases"
+    assert describe_failed(0, 1, []) == "1 law(s) failed, stopped while shrinking"
+    assert describe_failed(2, 1, []) == "2 test(s) failed; 1 law(s) failed, stopped while shrinking"
