@@ -161,9 +161,10 @@ def _worker_env(processes: int) -> dict:
     """torch's CPU threads for a worker mutate starts itself, where `processes` judge side by side:
     its share of the cores. Each would otherwise start a thread per core (9 processes on 16 cores,
     144 threads, beside 8 compilers in the GPU lane)."""
-    from .session import THREADS_ENV
+    from .session import THREADS_ENV, share_of_cores
 
-    return {THREADS_ENV: str(max(1, (os.cpu_count() or 1) // processes))} if processes > 1 else {}
+    threads = share_of_cores(processes)
+    return {THREADS_ENV: str(threads)} if threads else {}
 
 
 def kept_path(m: mutants.Mutant, device: str, kills_dir: Path | None = None) -> Path:
@@ -309,11 +310,8 @@ def _baseline_failure(r: Result) -> str:
 def build_order(chosen: list[mutants.Mutant], device: str, *, fresh: bool = False,
                 kills_dir: Path | None = None) -> list[mutants.Mutant]:
     """The order mutants are built and judged in: those without a kept case first (a search takes
-    minutes, a kept case seconds: the longest jobs start first), then by the files they edit."""
-    def key(m: mutants.Mutant):
-        has_kept = not fresh and kept_path(m, device, kills_dir).exists()
-        return (has_kept, sorted({e.file for e in m.edits}))
-    return sorted(chosen, key=key)
+    minutes, a kept case seconds: the longest jobs start first), else the catalogue's order."""
+    return sorted(chosen, key=lambda m: not fresh and kept_path(m, device, kills_dir).exists())
 
 
 def main(*, names: list[str] | None, device: str, profile: str, jobs: int, with_baseline: bool,

@@ -292,8 +292,12 @@ def cpu_threads() -> int | None:
             raise ValueError(f"{THREADS_ENV}: expected a whole number >= 1, but got {v!r}")
         return int(v)
     k = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or os.environ.get(SHARERS_ENV) or "1"
-    k = int(k) if k.isdigit() else 1
-    return max(1, (os.cpu_count() or 1) // k) if k > 1 else None
+    return share_of_cores(int(k) if k.isdigit() else 1)
+
+
+def share_of_cores(processes: int) -> int | None:
+    """torch's CPU threads for each of `processes` judging side by side (None: one process, torch's own)."""
+    return max(1, (os.cpu_count() or 1) // processes) if processes > 1 else None
 
 
 def runner() -> Runner:

@@ -39,6 +39,23 @@ def _run_plan_program(folder, source: str, *args: str) -> str:
     return subprocess.run([str(folder / "plan"), *args], check=True, capture_output=True, text=True).stdout
 
 
+# The plans of rows given as (16-byte vectors, rows): one line each of the forward plan's group,
+# cluster, staged and the backward plan's group, cluster, staged, units over those rows, warps a unit.
+PLAN_OF = (
+    '#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+    'int main(int argc, char** argv) {\n  for (int i = 1; i + 1 < argc; i += 2) {\n'
+    '    long v = std::atol(argv[i]), rows = std::atol(argv[i + 1]);\n'
+    '    Plan f = forward_plan(v), b = backward_plan(v);\n'
+    '    std::printf("%d %d %d %d %d %d %ld %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
+    ' int(b.staged), long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
+PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "b_group", "b_cluster", "b_staged", "b_units", "b_unit_groups")
+
+
+def _plans_of(folder, rows_of: list[tuple[int, int]]) -> list[dict]:
+    out = _run_plan_program(folder, PLAN_OF, *(str(a) for pair in rows_of for a in pair))
+    return [dict(zip(PLAN_FIELDS, map(int, line.split()))) for line in out.splitlines() if line]
+
+
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     out = _run_plan_program(tmp_path_factory.mktemp("plan"), PROGRAM)
@@ -96,16 +113,10 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     def vec(c):  # elements of a 16-byte vector
         return 16 // DTYPES[c.dtype].itemsize
 
-    fast = [c.n // vec(c) for c in cases if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
-    source = ('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-              'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
-              '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
-              '    std::printf("%d %d %d %d %d %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
-              ' int(b.staged));\n  }\n}\n')
-    out = _run_plan_program(tmp_path, source, *map(str, fast))
-    plans = [tuple(map(int, line.split())) for line in out.splitlines() if line]
-    fwd = {(g, cl, st) for g, cl, st, *_ in plans}
-    bwd = {(g, cl) for *_, g, cl, st in plans}
+    fast = [(c.n // vec(c), c.rows) for c in cases if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
+    plans = _plans_of(tmp_path, fast)
+    fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans}
+    bwd = {(p["b_group"], p["b_cluster"]) for p in plans}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl in bwd} >= {1, 4, 8, 16} and (1024, 16) in bwd, bwd
@@ -140,24 +151,17 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     assert sample(paths=(6, 7)) == [cases[6], cases[7]]
     assert any(fallback(cases[i]) and cases[i].n > 32 * vec(cases[i]) for i in chosen["cuda_reduce_barrier_missing"])
     fast = {i: cases[i].n // vec(cases[i]) for i in range(len(cases)) if not fallback(cases[i]) and cases[i].rows}
-    source = ('#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-              'int main(int argc, char** argv) {\n  for (int i = 1; i < argc; ++i) {\n'
-              '    long v = std::atol(argv[i]); Plan f = forward_plan(v), b = backward_plan(v);\n'
-              '    long rows = std::atol(argv[++i]);\n'
-              '    std::printf("%d %d %d %d %d %ld %d\\n", f.group, f.cluster, b.group, b.cluster, int(f.staged),'
-              ' long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
-    args = [str(a) for i in fast for a in (fast[i], cases[i].rows)]
-    out = _run_plan_program(tmp_path, source, *args).split("\n")
-    plan = {i: tuple(map(int, line.split())) for i, line in zip(fast, out)}
-    warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan and max(plan[i][0], plan[i][2]) > 32]
+    plan = dict(zip(fast, _plans_of(tmp_path, [(fast[i], cases[i].rows) for i in fast])))
+    warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan
+             and max(plan[i]["f_group"], plan[i]["b_group"]) > 32]
     assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
-    clusters = {(d, plan[i][1 + 2 * d]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in (0, 1)}
-    assert {cl for d, cl in clusters if d == 0} - {1} and {cl for d, cl in clusters if d == 1} - {1}, clusters
+    clusters = {(d, plan[i][f"{d}_cluster"]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in "fb"}
+    assert {cl for d, cl in clusters if d == "f"} - {1} and {cl for d, cl in clusters if d == "b"} - {1}, clusters
     # Backward units that take a second pass, with rows of several warps (the slots' parity matters).
-    twice = [i for i in chosen["fast_slots_single_buffered"] if i in plan and plan[i][2] > 32
-             and cases[i].rows > plan[i][5] * plan[i][6]]
+    twice = [i for i in chosen["fast_slots_single_buffered"] if i in plan and plan[i]["b_group"] > 32
+             and cases[i].rows > plan[i]["b_units"] * plan[i]["b_unit_groups"]]
     assert twice, {i: plan.get(i) for i in chosen["fast_slots_single_buffered"]}
-    assert all(i in plan and plan[i][4] for i in chosen["fast_staged_copy_not_awaited"])  # staged forwards
+    assert all(i in plan and plan[i]["f_staged"] for i in chosen["fast_staged_copy_not_awaited"])  # staged forwards
 
 
 def test_sanitize_paths_are_checked():
