@@ -70,8 +70,11 @@ constexpr int kBwdClusterVpt = 2;
 // a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps two rows of x and
 // grad_out in shared memory, copying the next row in (cp.async) while it reduces and writes this
 // one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a multiprocessor. Rows longer
-// than a 16-CTA cluster holds keep the register backward. Off (0) by default: it has not been run
-// on a GPU yet; -DRMSNORM_BWD_STAGED_FROM=1024 builds it in (benchmarks/variants.py compares).
+// than a 16-CTA cluster holds keep the register backward. Off (0) by default: on the H200 (973f852,
+// -DRMSNORM_BWD_STAGED_FROM=1024, one run of benchmarks/variants.py, backward GB/s as a fraction of
+// the copy) it was slower at most long rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against
+// the register backward's 0.65 / 0.39 / 0.27, fp32 64K 0.34 against 0.46, and faster only at fp32
+// 16K (0.68 against 0.53); the path cases pass with it.
 #ifndef RMSNORM_BWD_STAGED_FROM
 #define RMSNORM_BWD_STAGED_FROM 0
 #endif
