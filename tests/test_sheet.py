@@ -107,3 +107,30 @@ def test_accuracy_is_counted_in_roundings_of_the_dtype():
     lead = torch.full((8, 1), 1e-3, dtype=torch.float64)  # grad_x against its leading term
     assert abs(judge.worst_units(off, ref, every, torch.float32, scale=lead)
                - 5 * float(ref[3].abs().max()) / 1e-3) < 1e-3
+
+
+def test_the_gates_side_by_side_share_the_cores(monkeypatch, tmp_path):
+    """Each of the sheet's gates once started a thread per core: two side by side on 2 cores took
+    244 s for a target whose gate alone takes 44 s."""
+    from harness import sheet
+    from harness.session import SHARERS_ENV, THREADS_ENV
+
+    seen = []
+
+    class Done:
+        def __init__(self, cmd, env=None, **kw):
+            seen.append(env)
+
+        def poll(self):
+            return 0
+
+    monkeypatch.delenv(SHARERS_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setattr(sheet.subprocess, "Popen", Done)
+    monkeypatch.setattr(sheet, "column", lambda spec, *a: {"target": spec, "gate": {"text": "passed"}})
+    cols = sheet.run_columns(["project", "peer:hf", "peer:native"], "cpu", "ci", 60.0, tmp_path, 3)
+    assert [c["target"] for c in cols] == ["project", "peer:hf", "peer:native"]
+    assert len(seen) == 3 and all(env is not None and env.get(SHARERS_ENV) == "3" for env in seen), seen
+    seen.clear()
+    sheet.run_columns(["project"], "cpu", "ci", 60.0, tmp_path, 1)  # alone: torch's own threads
+    assert seen[0] is not None and SHARERS_ENV not in seen[0]
