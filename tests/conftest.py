@@ -22,6 +22,8 @@ import pytest
 def pytest_configure(config):
     config.addinivalue_line("markers", "exclusive(why): run with no other test beside it (its assertions are "
                                        "about time)")
+    config.addinivalue_line("markers", "slow(why): takes over 60 s on the 2-core CI machine, and why it must "
+                                       "(`-m 'not slow'` leaves these out of a quick run)")
 
 
 def _lock_dir() -> Path | None:

@@ -4,11 +4,13 @@ calling the operator through the dispatcher, and torch.ops.load_library from Pyt
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from harness.build import ROOT
 
 
+@pytest.mark.slow("a CMake build of every source against libtorch (66 s)")
 def test_cmake_build_and_ctest():
     build = ROOT / ".build" / "cmake"
     cfg = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",

@@ -20,6 +20,7 @@ def gate(*args, env=None, timeout=900):
 
 
 @pytest.mark.exclusive("a ratio of wall times")
+@pytest.mark.slow("two whole gates, one compiling, to compare their wall times (66 s)")
 def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one_that_does_not(tmp_path):
     target = ["--target", "module:tests.targets.compiles_per_shape", "--corpus", str(tmp_path)]
     code, out, plain_s = gate(*target, env={"RMSNORM_COMPILE_SECONDS": "0"})

@@ -38,6 +38,7 @@ def _run(cmd, cwd, env, timeout=1800):
     return p.returncode, p.stdout + p.stderr
 
 
+@pytest.mark.slow("the installed copy builds the example in its own cache, then a whole gate (84 s)")
 def test_the_console_command_judges_an_extension_from_outside_the_clone(installed):
     venv, outside, env = installed
     code, out = _run([str(venv / "bin" / "rmsnorm-gate"), "gate", "--target", str(ROOT / "examples" / "float32_only"),
@@ -47,6 +48,7 @@ def test_the_console_command_judges_an_extension_from_outside_the_clone(installe
     assert "contract (command line): dtypes float32" in out, out[-2000:]
 
 
+@pytest.mark.slow("the installed copy builds the extension, and the card snippet builds it again with load() (79 s)")
 def test_the_readme_snippets_run_as_script_files(installed):
     venv, outside, env = installed
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
@@ -59,6 +61,7 @@ def test_the_readme_snippets_run_as_script_files(installed):
     assert "card snippet: ok" in out
 
 
+@pytest.mark.slow("every law through the repository's own pytest, then a failing law shrunk (66 s)")
 def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, tmp_path):
     venv, _, env = installed
     repo = tmp_path / "my-kernels"

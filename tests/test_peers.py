@@ -17,6 +17,7 @@ def test_panel_member_passes_the_gate(peer, tmp_path):
     assert f"rmsnorm gate PASSED: lane CPU, target peer:{peer}" in out
 
 
+@pytest.mark.slow("torch.compile compiles for each new dtype and layout (72 s)")
 def test_compiled_passes_the_numeric_laws(tmp_path):
     """torch.compile compiles afresh for every new dtype and layout (about 8 minutes for the
     whole gate on the 2-core CI machine): CI holds it to the laws that compare with float64."""

@@ -33,6 +33,7 @@ def test_a_target_that_does_not_import_or_build_is_a_set_up_error(tmp_path):
     assert code == 2 and "does not build" in out and "broken.cpp" in out, out
 
 
+@pytest.mark.slow("the example's whole gate passing, then its coverage failure (83 s)")
 def test_the_example_passes_with_its_contract_and_fails_coverage_without(tmp_path):
     code, out = gate("--target", "examples/float32_only", "--dtypes", "float32", "--corpus", str(tmp_path))
     assert code == 0, out[-3000:]
