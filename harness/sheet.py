@@ -211,13 +211,14 @@ def column(spec: str, report: dict | None, code: int, text: str, profile: str, s
 def run_columns(targets: list[str], device: str, profile: str, budget: float, out_dir: Path,
                 side_by_side: int) -> list[dict]:
     """Each target's gate in a process of its own, side_by_side at a time; a line as each ends."""
-    from .session import SHARERS_ENV, THREADS_ENV
+    from .session import SHARERS_ENV
 
     t0 = time.monotonic()
-    # The gates side by side share the cores (session.cpu_threads): each with a thread per core, two
-    # on the 2-core CI machine took 244 s for a target whose gate alone takes 44 s.
+    # The gates side by side share the cores (session.cpu_threads), as a fuzz campaign's workers do:
+    # each with a thread per core, two on the 2-core CI machine took 244 s for a target whose gate
+    # alone takes 44 s.
     env = dict(os.environ)
-    if side_by_side > 1 and not env.get(THREADS_ENV) and not env.get(SHARERS_ENV):
+    if side_by_side > 1:
         env[SHARERS_ENV] = str(side_by_side)
     pending = list(enumerate(targets))
     running: dict = {}

@@ -28,7 +28,8 @@ def test_the_usage_snippet_runs():
     assert code == 0 and "rmsnorm: ok" in out, out
 
 
-@pytest.mark.slow("the snippet builds the extension with cpp_extension.load, CUDA objects included where nvcc is (68 s)")
+@pytest.mark.slow("the snippet builds the extension with cpp_extension.load, CUDA objects included "
+                  "where nvcc is (68 s)")
 def test_the_card_snippet_runs_against_this_extension():
     code, out = run(["-c", _python_blocks()[1]], timeout=1800)
     assert code == 0 and "card snippet: ok" in out, out
