@@ -8,7 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "../kernels/rmsnorm_cpu.h"
+#include "../kernels/rmsnorm_cpu_api.h"  // defined in rmsnorm_cpu.cpp
 
 namespace rmsnorm {
 

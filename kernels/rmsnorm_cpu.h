@@ -1,6 +1,7 @@
-// CPU RMSNorm kernels: plain C++ templates over the element type T and the weight type W.
-// No torch headers: the binding instantiates them with its own half types (any T with
-// conversions to and from AccT<T> works) and runs them over row ranges in parallel.
+// CPU RMSNorm kernels: plain C++ templates over the element type T and the weight type W,
+// declared in rmsnorm_cpu_api.h. No torch headers: binding/rmsnorm_cpu.cpp instantiates them
+// with c10's half types (any T with conversions to and from AccT<T> works), and the binding
+// runs them over row ranges in parallel.
 #pragma once
 
 #include <cmath>
