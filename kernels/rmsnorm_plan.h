@@ -79,6 +79,14 @@ constexpr int kBwdClusterVpt = 2;
 #define RMSNORM_BWD_STAGED_FROM 0
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
+// The register backward's next row: with RMSNORM_BWD_PIPELINE=1 each thread loads its vectors of
+// the next row's grad_out and x into registers before this row's reduction (a cluster's barrier on
+// long rows), so that they are on their way while it waits; with 0, they are only prefetched
+// into L2 and loaded after this row is written.
+#ifndef RMSNORM_BWD_PIPELINE
+#define RMSNORM_BWD_PIPELINE 0
+#endif
+constexpr bool kBwdPipeline = RMSNORM_BWD_PIPELINE != 0;
 constexpr int kBwdStagedCta = 256;
 constexpr int kBwdStagedVpt = 8;
 // Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).

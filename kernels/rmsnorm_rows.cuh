@@ -229,39 +229,56 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) acc[v][k] = 0.f;
   }
+  // This thread's vectors of grad_out and x in row r: zeros past the row's end, or when r is past
+  // the last row.
+  auto load_row = [&](int64_t r, V (&dv)[kVpt], V (&xv)[kVpt]) {
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (r < rows && j < n_vec) {
+        dev::load16(dv[v], dy + r * dy_row_stride + j * kVec);
+        dev::load16(xv[v], x + r * x_row_stride + j * kVec);
+      } else {
+        dev::zero16(dv[v]);
+        dev::zero16(xv[v]);
+      }
+    }
+  };
+  // Registers held across the row's reduction: x, grad_out and acc, and with kBwdPipeline the next
+  // row's x and grad_out, loaded while this row is reduced and written.
+  V dv[kVpt], xv[kVpt];
+  V next_dv[kVpt], next_xv[kVpt];
+  if constexpr (plan::kBwdPipeline) load_row(unit * per_unit + group_index, dv, xv);
   int parity = 0;
   for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
     const int64_t row = base + group_index;
     const bool active = row < rows;
-    const T* dyr = dy + row * dy_row_stride;
-    const T* xr = x + row * x_row_stride;
-    // Registers held across the row's reduction: x, grad_out and acc. The weight is loaded
-    // with them for the dot product and loaded again (an L1 hit) for grad_x.
-    V dv[kVpt], xv[kVpt];
+    const int64_t next = row + units * per_unit;  // the next row of this group
+    if constexpr (plan::kBwdPipeline) {
+      load_row(next, next_dv, next_xv);
+    } else {
+      load_row(row, dv, xv);
+      // The next row this thread handles goes into L2 while this one is reduced and written.
+      if (next < rows) {
+#pragma unroll
+        for (int v = 0; v < kVpt; ++v) {
+          const int j = first_vec + v * group;
+          if (j < n_vec) {
+            dev::prefetch_l2(dy + next * dy_row_stride + j * kVec);
+            dev::prefetch_l2(x + next * x_row_stride + j * kVec);
+          }
+        }
+      }
+    }
+    // The weight is loaded for the dot product and loaded again (an L1 hit) for grad_x.
     VW wv[kVpt];
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
       const int j = first_vec + v * group;
       if (active && j < n_vec) {
-        dev::load16(dv[v], dyr + j * kVec);
-        dev::load16(xv[v], xr + j * kVec);
         dev::load16(wv[v], weight + j * kVec);
       } else {
-        dev::zero16(dv[v]);
-        dev::zero16(xv[v]);
         dev::zero16(wv[v]);
-      }
-    }
-    // The next row this thread handles goes into L2 while this one is reduced and written.
-    const int64_t next = row + units * per_unit;
-    if (next < rows) {
-#pragma unroll
-      for (int v = 0; v < kVpt; ++v) {
-        const int j = first_vec + v * group;
-        if (j < n_vec) {
-          dev::prefetch_l2(dy + next * dy_row_stride + j * kVec);
-          dev::prefetch_l2(x + next * x_row_stride + j * kVec);
-        }
       }
     }
     const float inv = active ? inv_rms[row] : 0.f;
@@ -282,21 +299,29 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     }
     dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
-    if (!active) continue;
-    T* dxr = dx + row * n;
+    if (active) {
+      T* dxr = dx + row * n;
 #pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) {
-        VW w;
-        dev::load16(w, weight + j * kVec);
-        V out;
+      for (int v = 0; v < kVpt; ++v) {
+        const int j = first_vec + v * group;
+        if (j < n_vec) {
+          VW w;
+          dev::load16(w, weight + j * kVec);
+          V out;
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float g = dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
-          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));
+          for (int k = 0; k < kVec; ++k) {
+            const float g = dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
+            out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));
+          }
+          dev::store16(dxr + j * kVec, out);
         }
-        dev::store16(dxr + j * kVec, out);
+      }
+    }
+    if constexpr (plan::kBwdPipeline) {
+#pragma unroll
+      for (int v = 0; v < kVpt; ++v) {
+        dv[v] = next_dv[v];
+        xv[v] = next_xv[v];
       }
     }
   }
