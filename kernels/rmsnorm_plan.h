@@ -79,14 +79,23 @@ constexpr int kBwdClusterVpt = 2;
 #define RMSNORM_BWD_STAGED_FROM 0
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
-// The register backward's next row: with RMSNORM_BWD_PIPELINE=1 each thread loads its vectors of
-// the next row's grad_out and x into registers before this row's reduction (a cluster's barrier on
-// long rows), so that they are on their way while it waits; with 0, they are only prefetched
-// into L2 and loaded after this row is written.
+// The register backward's next row: pipelined, each thread loads its vectors of the next row's
+// grad_out and x into registers before this row's reduction, so they are on their way while it
+// waits; otherwise they are prefetched into L2 and loaded after this row is written. On the H200
+// (6bbce7e, two runs of benchmarks/variants.py each, backward through the users' path, fraction of
+// the copy) pipelining every kernel took float32 at N = 1K / 4K (one CTA a row) from 0.89 / 0.88
+// to 0.95 / 0.93, but float32 in a cluster (16K / 64K) from 0.54 / 0.47 to 0.47 / 0.43, and
+// bfloat16, which spills 58-88 bytes with it, from 0.82 / 0.79 / 0.66 / 0.39 / 0.27 to 0.47 / 0.47
+// / 0.46 / 0.31 / 0.23 at 1K-256K. So only 4-byte elements without a cluster are pipelined;
+// RMSNORM_BWD_PIPELINE=0 pipelines none, 2 every kernel (to measure again).
 #ifndef RMSNORM_BWD_PIPELINE
-#define RMSNORM_BWD_PIPELINE 0
+#define RMSNORM_BWD_PIPELINE 1
 #endif
-constexpr bool kBwdPipeline = RMSNORM_BWD_PIPELINE != 0;
+template <int kElementBytes, bool kCluster>
+struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
+  static constexpr bool value =
+      RMSNORM_BWD_PIPELINE == 2 || (RMSNORM_BWD_PIPELINE == 1 && kElementBytes == 4 && !kCluster);
+};
 constexpr int kBwdStagedCta = 256;
 constexpr int kBwdStagedVpt = 8;
 // Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).

@@ -244,17 +244,18 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
       }
     }
   };
-  // Registers held across the row's reduction: x, grad_out and acc, and with kBwdPipeline the next
+  // Registers held across the row's reduction: x, grad_out and acc, and with kPipeline the next
   // row's x and grad_out, loaded while this row is reduced and written.
+  constexpr bool kPipeline = plan::BwdPipeline<sizeof(T), kCluster>::value;
   V dv[kVpt], xv[kVpt];
   V next_dv[kVpt], next_xv[kVpt];
-  if constexpr (plan::kBwdPipeline) load_row(unit * per_unit + group_index, dv, xv);
+  if constexpr (kPipeline) load_row(unit * per_unit + group_index, dv, xv);
   int parity = 0;
   for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
     const int64_t row = base + group_index;
     const bool active = row < rows;
     const int64_t next = row + units * per_unit;  // the next row of this group
-    if constexpr (plan::kBwdPipeline) {
+    if constexpr (kPipeline) {
       load_row(next, next_dv, next_xv);
     } else {
       load_row(row, dv, xv);
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
         }
       }
     }
-    if constexpr (plan::kBwdPipeline) {
+    if constexpr (kPipeline) {
 #pragma unroll
       for (int v = 0; v < kVpt; ++v) {
         dv[v] = next_dv[v];
