@@ -28,12 +28,8 @@ def installed(tmp_path_factory):
     outside = base / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RMSNORM_", "PYTEST_", "PYTHONPATH"))}
-    # Its own caches, but the builds' folder is the clone's: what was built from the same sources with
-    # the same flags (the toolchain probe, the example) is reused, as it would be for a user who
-    # installs again; what the installed copy builds from its own files is built here.
     env.update(XDG_CACHE_HOME=str(base / "cache"), TORCH_EXTENSIONS_DIR=str(base / "torch_extensions"),
-               RMSNORM_BUILD_ROOT=str(ROOT / ".build"), RMSNORM_BUILD="cpu",
-               PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+               RMSNORM_BUILD="cpu", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if workers.isdigit() and int(workers) > 1:  # side by side: its gates share the cores (tests/_run.py)
         env["RMSNORM_PROCESSES"] = workers

@@ -203,8 +203,12 @@ def test_a_diagnosis_is_printed_only_where_the_numbers_bear_it_out():
         y = (x64 / (x64.pow(2).mean(-1, keepdim=True).sqrt() + 0.05) * t.weight.double()).float()  # eps after the sqrt
         text = "\n".join(str(m) for m in judge.judge_forward(y, None, t.x, t.weight, 0.05) if m)
         assert "wrong" in text and "precision" not in text, text
-    g = torch.randn(8, dtype=torch.float64)
-    ref = g * 3 + torch.randn(8, dtype=torch.float64)  # rows left out: no factor, no neighbour
+    # Seeded: ref = 3g + noise is within the bound of one factor (1/3) for some draws (24 of seeds
+    # 0-199), where the diagnosis holds; unseeded, the draw followed whichever tests ran before in the
+    # process, and under pytest-xdist it once was such a draw.
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(8, dtype=torch.float64, generator=gen)
+    ref = g * 3 + torch.randn(8, dtype=torch.float64, generator=gen)  # rows left out: no factor, no neighbour
     bound = torch.full((8,), 0.5, dtype=torch.float64)
     wide = torch.full((8,), 553.0, dtype=torch.float64)
     for b in (bound, wide):
