@@ -57,6 +57,9 @@ dt = bench.DTYPES[dtype]
 x = torch.randn(m, n, device="cuda", dtype=dt, generator=g)
 w = (1 + 0.1 * torch.randn(n, device="cuda", generator=g)).to(dt)
 dy = torch.randn(m, n, device="cuda", dtype=dt, generator=g)
+# Autograd runs a CUDA backward on a thread of its own, outside this thread's NVTX range, and
+# --direction backward then profiled no kernel at all: the backward runs on this thread instead.
+torch.autograd.set_multithreading_enabled(False)
 calls = impl.setup(x, w, dy)
 calls.forward(); calls.backward(); torch.cuda.synchronize()
 torch.cuda.nvtx.range_push({range!r})
