@@ -19,6 +19,16 @@ def _session_corpus() -> str:
     return _CORPUS[0]
 
 
+def sharing_env() -> dict:
+    """Side by side under pytest-xdist, the gate a test starts shares the cores with the other
+    workers' (harness.session.cpu_threads), as the test's own process does: with a thread per core
+    each, two gates on the 2-core CI machine took several times as long as one."""
+    from harness.session import SHARERS_ENV
+
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    return {SHARERS_ENV: workers} if workers.isdigit() and int(workers) > 1 else {}
+
+
 def run(args, *, env=None, timeout=900):
     e = dict(os.environ)
     for k in ("RMSNORM_TARGET", "RMSNORM_STRICT", "RMSNORM_CORPUS", "RMSNORM_TALLY_DIR", "PYTEST_XDIST_WORKER",
@@ -27,12 +37,7 @@ def run(args, *, env=None, timeout=900):
     # Saved cases go to a folder of this test session, never the clone's corpus/ (a gate without
     # --corpus once left corpus/module-tests.targets.batch_variant/ there); --corpus still wins.
     e["RMSNORM_CORPUS"] = _session_corpus()
-    # Side by side under pytest-xdist, the gate a test starts shares the cores with the other
-    # workers' (harness.session.cpu_threads), as the test's own process does: with a thread per core
-    # each, two gates on the 2-core CI machine took several times as long as one.
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if workers.isdigit() and int(workers) > 1:
-        e["RMSNORM_PROCESSES"] = workers
+    e.update(sharing_env())
     e.update(env or {})
     p = subprocess.run([sys.executable, *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr

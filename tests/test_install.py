@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests._run import ROOT
+from tests._run import ROOT, sharing_env
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,7 @@ def installed(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RMSNORM_", "PYTEST_", "PYTHONPATH"))}
     env.update(XDG_CACHE_HOME=str(base / "cache"), TORCH_EXTENSIONS_DIR=str(base / "torch_extensions"),
                RMSNORM_BUILD="cpu", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if workers.isdigit() and int(workers) > 1:  # side by side: its gates share the cores (tests/_run.py)
-        env["RMSNORM_PROCESSES"] = workers
+    env.update(sharing_env())
     return venv, outside, env
 
 
