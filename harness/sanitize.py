@@ -26,7 +26,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
 # of 1 to 512 threads, the staged path in clusters of 4, 8 and 16; backward: register rows, clusters
-# of 4 to 16; the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows.
+# of 8 and 16, the staged path in a cluster of 2; the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows.
 PATHS = (
     ("float32", "float32", 3, "7e", "contiguous"),  # not whole vectors: the fallback, forward and backward
     ("float64", "float32", 2, "1000e", "transposed"),  # float64: the fallback; a transposed x copied
@@ -34,7 +34,7 @@ PATHS = (
     ("float16", "float32", 64, 64, "row_step"),  # a warp a row, 2 vectors a thread; many rows a unit
     ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
     ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
-    ("bfloat16", "bfloat16", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: a cluster of 4
+    ("bfloat16", "bfloat16", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: staged, a cluster of 2
     ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged forward, a cluster of 4; backward: 8
     ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: a cluster of 16
     ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: 1024-thread CTAs

@@ -66,19 +66,26 @@ constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight
 constexpr int kBwdMaxGroup = 512;
 constexpr int kBwdMaxVpt = 2;
 constexpr int kBwdClusterVpt = 2;
-// Staged backward (rows past kBwdStagedFrom vectors, where the register backward needs clusters):
-// a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps two rows of x and
-// grad_out in shared memory, copying the next row in (cp.async) while it reduces and writes this
-// one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a multiprocessor. Rows longer
-// than a 16-CTA cluster holds keep the register backward. Off (0) by default: on the H200 (973f852,
-// -DRMSNORM_BWD_STAGED_FROM=1024, one run of benchmarks/variants.py, backward GB/s as a fraction of
-// the copy) it was slower at most long rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against
-// the register backward's 0.65 / 0.39 / 0.27, fp32 64K 0.34 against 0.46, and faster only at fp32
-// 16K (0.68 against 0.53); the path cases pass with it.
+// Staged backward (rows of kBwdStagedFrom + 1 to kBwdStagedTo vectors, where the register
+// backward needs clusters): a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row)
+// keeps two rows of x and grad_out in shared memory, copying the next row in (cp.async) while it
+// reduces and writes this one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a
+// multiprocessor. On the H200 (973f852, -DRMSNORM_BWD_STAGED_FROM=1024 with no upper limit, one run
+// of benchmarks/variants.py, backward GB/s as a fraction of the copy) it was slower at most long
+// rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against the register backward's 0.65 / 0.39 /
+// 0.27, fp32 64K 0.34 against 0.46, and faster at fp32 16K (0.68 against 0.53). Taken alone for
+// rows of 2049 to 4096 vectors (a cluster of two staged CTAs in place of four register CTAs), two
+// runs each on the H200 (benchmarks/variants.py, users' path): fp32 N = 16K 0.54 / 0.53 -> 0.68 /
+// 0.68 and bf16 N = 32K 0.41 / 0.41 -> 0.45 / 0.45; the lengths either side (fp32 8K, 32K, 64K;
+// bf16 16K, 64K) keep the register backward. The build can override both (0: off, or no limit).
 #ifndef RMSNORM_BWD_STAGED_FROM
-#define RMSNORM_BWD_STAGED_FROM 0
+#define RMSNORM_BWD_STAGED_FROM 2048
+#endif
+#ifndef RMSNORM_BWD_STAGED_TO
+#define RMSNORM_BWD_STAGED_TO 4096
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
+constexpr int64_t kBwdStagedTo = RMSNORM_BWD_STAGED_TO;
 // The register backward's next row: pipelined, each thread loads its vectors of the next row's
 // grad_out and x into registers before this row's reduction, so they are on their way while it
 // waits; otherwise they are prefetched into L2 and loaded after this row is written. On the H200
@@ -202,7 +209,7 @@ constexpr Plan backward_staged_layout(int64_t n_vec) {
 }
 
 constexpr Plan backward_plan(int64_t n_vec) {
-  if (kBwdStagedFrom > 0 && n_vec > kBwdStagedFrom) {
+  if (kBwdStagedFrom > 0 && n_vec > kBwdStagedFrom && (kBwdStagedTo == 0 || n_vec <= kBwdStagedTo)) {
     const Plan p = backward_staged_layout(n_vec);
     if (p.ok()) return p;
   }

@@ -80,10 +80,10 @@ def test_padded_rows_and_persistent_units(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_persistent_backward_loops_over_many_long_rows(dtype):
-    # Persistent units over rows several times their number (132 / cluster): one CTA a row (N = 2048
-    # vectors) and clusters of 4 and 16, the staged backward's shapes when it is built in.
+    # Persistent units over rows several times their number (132 / cluster): a cluster of 2 (N = 2048
+    # vectors), the staged backward (4096: two CTAs of 192 KB a row, 66 units) and clusters of 8 and 16.
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    for n_vec, rows in ((2048, 300), (8192, 100), (32768, 20)):
+    for n_vec, rows in ((2048, 300), (4096, 200), (8192, 100), (32768, 20)):
         x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
         _judge(x, w, dy, f"{dtype} rows={rows} N={n_vec * vec}")
 

@@ -103,7 +103,8 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    both ways, the staged forward, aligned copies of misaligned rows, and zero rows."""
+    forward and 8 and 16 backward, the staged forward and backward, aligned copies of misaligned rows,
+    and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
 
@@ -116,10 +117,11 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     fast = [(c.n // vec(c), c.rows) for c in cases if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
     plans = _plans_of(tmp_path, fast)
     fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans}
-    bwd = {(p["b_group"], p["b_cluster"]) for p in plans}
+    bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
-    assert {cl for g, cl in bwd} >= {1, 4, 8, 16} and (1024, 16) in bwd, bwd
+    assert {cl for g, cl, st in bwd if not st} >= {1, 8, 16} and (1024, 16, 0) in bwd, bwd  # register backward
+    assert (256, 2, 1) in bwd, bwd  # the staged backward, a cluster of two
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
     assert {c.layout for c in cases} >= {"offset", "padded", "transposed"}  # staged copies, a contiguous copy
