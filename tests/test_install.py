@@ -86,7 +86,9 @@ def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, tmp
     assert code == 0, out[-4000:]
     assert "tests/test_mine.py::test_my_own PASSED" in out, out[-4000:]  # its own tests, and the laws
     assert "test_forward_matches_reference PASSED" in out and "rmsnorm gate" in out, out[-4000:]
-    code, out = _run(pytest_cmd + ["-q", "--rmsnorm-target=module:wrong_tail", "--rmsnorm-device=cpu", "-k",
+    # Derandomized: in the default (dev) profile's 20 random cases, 2 runs in 20 drew no N % 8 == 7.
+    code, out = _run(pytest_cmd + ["-q", "--rmsnorm-target=module:wrong_tail", "--rmsnorm-device=cpu",
+                                   "--hypothesis-profile=ci", "-k",
                                    "test_forward_matches_reference and not reference_large and not reference_tall"],
                      repo, dict(env, PYTHONPATH=str(repo)))
     assert code == 1, out[-4000:]
