@@ -1,9 +1,12 @@
 """pytest options and Hypothesis profiles for the RMSNorm suite (no test logic here): both come
 from the harness's pytest plugin (harness/pytest_plugin.py; the profiles: harness/profiles.py).
-An installed copy registers the plugin through its entry point; a clone loads it here."""
+An installed copy registers the plugin through its entry point; a clone loads it here. Also the
+order in which this clone's test files go to pytest-xdist's workers (longest first)."""
 
 import os
 from pathlib import Path
+
+import pytest
 
 from harness.locations import keep_caches_out_of_tmp, plugin_installed
 
@@ -13,3 +16,48 @@ os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(Path(__file__).resolve().pare
 keep_caches_out_of_tmp()
 
 pytest_plugins = [] if plugin_installed() else ["harness.pytest_plugin"]
+
+# Under pytest-xdist (the README's test line: -n 2 --dist loadfile) a worker takes a whole file at a
+# time, in the order collected. pytest-xdist's own order (most tests first) left the install test's
+# 205 s to run last, alone, while the other worker had nothing left (68 s of one core idle on the
+# 2-core CI machine). The longest files first instead, by their walls in one run of the test line
+# there (seconds, at 548891c); the rest after them in their own order.
+LONGEST_FIRST = ("tests/test_install.py",  # 205
+                 "tests/test_report.py",  # 278, 75 of it waiting for the other worker
+                 "tests/test_peers.py",  # 241
+                 "tests/test_compiled_targets.py",  # 224
+                 "tests/test_verdict.py",  # 214
+                 "tests/test_mutants.py",  # 159
+                 "tests/test_fuzz.py",  # 141
+                 "tests/test_sheet.py",  # 121
+                 "tests/test_interrupt.py",  # 101
+                 "tests/test_cmake.py",  # 82
+                 "tests/test_worker.py",  # 80
+                 "tests/test_ops.py",  # 79, most of it waiting
+                 "tests/test_readme.py",  # 57
+                 "tests/test_kernel_resources.py",  # 38
+                 "tests/test_card_naive.py")  # 35
+# The tests held alone (marked exclusive) after everything else: by then the other worker has only
+# short files left, so they wait seconds for it, not minutes.
+LAST = ("tests/test_timing.py",)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep the collected order below
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    root = Path(__file__).resolve().parent
+
+    def rank(item):
+        try:
+            rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
+        except ValueError:
+            return len(LONGEST_FIRST)  # a file outside the clone: with the rest
+        if rel in LAST:
+            return len(LONGEST_FIRST) + 1 + LAST.index(rel)
+        return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the properties' order and each file's own order kept

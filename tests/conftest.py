@@ -1,8 +1,11 @@
 """How the tests share the machine when pytest-xdist runs them side by side (`-n 2 --dist
-loadfile`; the README's test line runs them one after another): every test holds a shared lock
-while it runs, and a test marked ``exclusive`` holds it alone, so nothing runs beside it. Those are the tests whose
-assertions are about time (a budget bound, when a signal lands, a ratio of wall times, how fast a
-worker restarts): another test's load beside them would make them measure that load.
+loadfile`, as the README's test line does): every test holds a shared lock while it runs, and a
+test marked ``exclusive`` holds it alone, so nothing runs beside it. Those are the tests whose
+assertions are about time with little room (a gate's wall within 5 s of its budget, how fast a
+worker restarts): another test's load beside them would make them measure that load. Each one
+held alone keeps the other worker waiting, so a test whose timing follows its own run (a signal
+sent a set time after the run's log shows where it is, two runs compared from one start, a bound
+a minute wide) is not marked.
 
 The lock is writer-first: an exclusive test takes a turnstile before it waits for the shared
 holders to finish, and no new shared holder gets past the turnstile meanwhile. Without xdist no

@@ -95,7 +95,6 @@ def test_other_targets_cases_are_seeds_labelled_with_where_they_came_from(tmp_pa
     assert doc["replay"].startswith("python3 -m harness replay ")
 
 
-@pytest.mark.exclusive("a budget bound")
 def test_a_wall_time_budget_cuts_laws_short_and_judges_what_they_checked(tmp_path):
     code, out = gate("--target", "module:tests.targets.float32_declared", "--budget", "2", "--corpus", str(tmp_path))
     assert code == 1, out[-3000:]

@@ -131,7 +131,6 @@ def test_a_failure_under_x_is_failed_with_or_without_workers(tmp_path, workers):
     assert code == 1 and "rmsnorm gate FAILED" in out and "INTERRUPTED" not in out, out[-3000:]
 
 
-@pytest.mark.exclusive("when the signal lands is timed")
 def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
     """SIGTERM to the gate alone (as `timeout` and CI runners send it), workers and all: it once died
     with nothing printed."""
@@ -153,7 +152,8 @@ def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
         while "bringing up nodes" not in log.read_text() and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         # Among the laws, with cases checked: 6 s after the extension was ready, once, the workers had
-        # not yet started (the report then rightly had no law to show).
+        # not yet started (the report then rightly had no law to show). 15 s: with the machine shared
+        # with other tests as well (this test is not held alone), cases are checked well before.
         time.sleep(15)
         assert p.poll() is None, log.read_text()[-3000:]
         os.kill(p.pid, signal.SIGTERM)
@@ -168,26 +168,6 @@ def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
     time.sleep(1)
     stray = subprocess.run(["pgrep", "-f", f"RMSNORM_CORPUS={tmp_path}"], capture_output=True, text=True).stdout
     assert not stray.strip(), stray
-
-
-@pytest.mark.exclusive("a budget bound")
-def test_the_budget_bounds_a_run_whose_failure_is_still_shrinking(tmp_path):
-    """A failing law's shrinking was never cut: a gate with --budget 200 still ran at 261 s."""
-    import re
-    import time
-
-    t0 = time.monotonic()
-    code, out = run(["-m", "harness", "gate", "--device", "cpu", "-n", "0", "--budget", "6", "--target",
-                     "module:tests.targets.slow_wrong", "--corpus", str(tmp_path), "--", "-k",
-                     "test_forward_matches_reference and not large and not tall"], timeout=900)
-    took = time.monotonic() - t0
-    assert code == 1 and "rmsnorm gate FAILED" in out, out[-3000:]
-    assert "shrinking cut short by the wall-time budget: forward_matches_reference" in out, out[-3000:]
-    wall = int(re.search(r"profile gate, (\d+) s wall", out).group(1))
-    assert wall <= 6 + 5, out[-3000:]  # the budget, one case's time, and the report
-    saved = list(tmp_path.rglob("*.json"))
-    assert len(saved) == 1 and "shrunk" in saved[0].read_text(), (saved, out[-3000:])
-    assert took < 60, took
 
 
 def test_a_diagnosis_is_printed_only_where_the_numbers_bear_it_out():
@@ -255,7 +235,6 @@ def _terminate_once_a_failure_is_saved(cmd: list[str], tmp_path) -> tuple[int, s
     return code, log.read_text()
 
 
-@pytest.mark.exclusive("when the signal lands is timed")
 @pytest.mark.parametrize("command", ["gate", "fuzz"])
 def test_a_run_stopped_while_a_failure_shrinks_has_failed(tmp_path, command):
     """A 4-process fuzz session on the H200 ended past its time (a law's failure still shrinking when
