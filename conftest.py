@@ -47,17 +47,18 @@ def pytest_configure(config):
         config.option.loadscopereorder = False  # keep the collected order below
 
 
+# A file's place: its index in LONGEST_FIRST, then every other file (in collected order), then LAST.
+RANK = ({f: i for i, f in enumerate(LONGEST_FIRST)}
+        | {f: len(LONGEST_FIRST) + 1 + i for i, f in enumerate(LAST)})
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     root = Path(__file__).resolve().parent
 
     def rank(item):
-        try:
-            rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
-        except ValueError:
-            return len(LONGEST_FIRST)  # a file outside the clone: with the rest
-        if rel in LAST:
-            return len(LONGEST_FIRST) + 1 + LAST.index(rel)
-        return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
+        path = Path(str(item.fspath)).resolve()
+        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else ""
+        return RANK.get(rel, len(LONGEST_FIRST))
 
     items.sort(key=rank)  # stable: the properties' order and each file's own order kept

@@ -1,6 +1,6 @@
 """The tests whose assertions are about time with little room, each held alone (marked
 `exclusive`, tests/conftest.py): a gate's wall within 5 s of its budget, how fast a worker restarts.
-In a file of their own, run last under pytest-xdist (conftest.py's LONGEST_FIRST), so that the
+In a file of their own, run last under pytest-xdist (conftest.py's LAST), so that the
 other worker is left only short files to finish before they may start: where they sat in long
 files, they waited 80 s and 22 s for it in one run of the test line."""
 
