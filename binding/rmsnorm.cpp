@@ -1,4 +1,6 @@
-// Argument checks, the CPU implementation and the operator schemas of the RMSNorm extension.
+// Argument checks and the CPU implementation of the RMSNorm extension (binding/rmsnorm_library.cpp
+// registers them). Outputs come from Tensor::new_empty, which needs no operator header: with the
+// registration elsewhere, this file (the one most mutants edit) builds without torch/library.h.
 #include "rmsnorm.h"
 
 #include <cmath>
@@ -6,7 +8,6 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include "../kernels/rmsnorm_cpu_api.h"  // defined in rmsnorm_cpu.cpp
 
@@ -105,17 +106,15 @@ constexpr int64_t kRowGrain = 16;
 }  // namespace
 
 ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {
-  return ForwardIO{as_rows(x), weight.contiguous(),
-                   at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
-                   at::empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};
+  return ForwardIO{as_rows(x), weight.contiguous(), x.new_empty(x.sizes(), x.options()),
+                   x.new_empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};
 }
 
 BackwardIO backward_io(const at::Tensor& grad_out, const at::Tensor& x, const at::Tensor& weight,
                        const at::Tensor& inv_rms) {
   const at::Tensor w = weight.contiguous();
   return BackwardIO{as_rows(x), as_rows(grad_out), w, inv_rms.contiguous(),
-                    at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)),
-                    at::empty_like(w)};
+                    x.new_empty(x.sizes(), x.options()), w.new_empty(w.sizes(), w.options())};
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_cpu(const at::Tensor& x, const at::Tensor& weight,
@@ -156,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
   const int64_t rows = xr.rows;
   const int64_t n = xr.n;
   const int64_t chunks = gw_num_chunks(rows, n);
-  at::Tensor partial = at::empty({chunks, n}, inv.options());
+  at::Tensor partial = inv.new_empty({chunks, n}, inv.options());
   dispatch_types(x.scalar_type(), w.scalar_type(), [&](auto t, auto wt) {
     using T = decltype(t);
     using W = decltype(wt);
@@ -179,19 +178,6 @@ std::tuple<at::Tensor, at::Tensor> backward_cpu(const at::Tensor& grad_out, cons
     });
   });
   return {dx, dw};
-}
-
-// All schemas of the extension.
-TORCH_LIBRARY(rmsnorm, m) {
-  // y, inv_rms = forward(x, weight, eps): y = x * rsqrt(mean(x^2, -1) + eps) * weight.
-  m.def("forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
-  // grad_x, grad_weight = backward(grad_out, x, weight, inv_rms), inv_rms from forward.
-  m.def("backward(Tensor grad_out, Tensor x, Tensor weight, Tensor inv_rms) -> (Tensor, Tensor)");
-}
-
-TORCH_LIBRARY_IMPL(rmsnorm, CPU, m) {
-  m.impl("forward", &forward_cpu);
-  m.impl("backward", &backward_cpu);
 }
 
 }  // namespace rmsnorm

@@ -3,8 +3,10 @@
 
 #include <tuple>
 
-#include <ATen/ATen.h>
+// ATen/core/Tensor.h rather than ATen/ATen.h (every operator's header): each file of binding/
+// compiles in about two thirds of the time, and a mutant of binding/rmsnorm.cpp rebuilds faster.
 #include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
 
 namespace rmsnorm {
 

@@ -1,6 +1,6 @@
 // Autograd for rmsnorm::forward, registered in C++ under the Autograd key, so that eager calls,
 // torch.compile and C++ users share one backward (and no call redispatches through Python).
-#include <torch/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include "rmsnorm.h"
@@ -49,12 +49,12 @@ class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
     const at::Tensor& x = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& inv = saved[2];
-    at::Tensor gy = grads[0].defined() ? grads[0] : at::zeros_like(x);
+    at::Tensor gy = grads[0].defined() ? grads[0] : x.new_zeros(x.sizes());
     auto [gx, gw] = call_backward(gy, x, weight, inv);
     if (grads[1].defined()) {
       const auto acc = inv.scalar_type();
-      const at::Tensor scale = (-grads[1].to(acc) * inv * inv / x.size(-1)).unsqueeze(-1);
-      gx = (gx.to(acc) + scale * (x.to(acc) * inv.unsqueeze(-1))).to(x.scalar_type());
+      const at::Tensor scale = grads[1].to(acc).neg().mul(inv).mul(inv).div(x.size(-1)).unsqueeze(-1);
+      gx = gx.to(acc).add(scale.mul(x.to(acc).mul(inv.unsqueeze(-1)))).to(x.scalar_type());
     }
     return {gx, gw, at::Tensor()};
   }

@@ -1,6 +1,7 @@
 // CUDA implementations of the rmsnorm operators: checks, device guard, current stream,
 // dtype dispatch onto the torch-free launchers in kernels/.
 #include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
