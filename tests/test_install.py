@@ -34,15 +34,27 @@ def installed(tmp_path_factory):
     return venv, outside, env
 
 
+@pytest.fixture(scope="module")
+def kernel_repo(tmp_path_factory):
+    """A kernel repository of its own: the example extension as its csrc/, and a test of its own.
+    The console command judges the same csrc/ as the repository's pytest, so the installed copy
+    builds the example once (the build folder is keyed by the sources, ninja by their paths)."""
+    repo = tmp_path_factory.mktemp("my-kernels")
+    shutil.copytree(ROOT / "examples" / "float32_only", repo / "csrc")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_mine.py").write_text("def test_my_own():\n    assert 1 + 1 == 2\n")
+    return repo
+
+
 def _run(cmd, cwd, env, timeout=1800):
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
 
 @pytest.mark.slow("the installed copy builds the example in its own cache, then a whole gate (84 s)")
-def test_the_console_command_judges_an_extension_from_outside_the_clone(installed):
+def test_the_console_command_judges_an_extension_from_outside_the_clone(installed, kernel_repo):
     venv, outside, env = installed
-    code, out = _run([str(venv / "bin" / "rmsnorm-gate"), "gate", "--target", str(ROOT / "examples" / "float32_only"),
+    code, out = _run([str(venv / "bin" / "rmsnorm-gate"), "gate", "--target", str(kernel_repo / "csrc"),
                       "--dtypes", "float32"], outside, env)
     assert code == 0, out[-4000:]
     assert out.strip().splitlines()[-1].startswith("rmsnorm gate PASSED"), out[-2000:]
@@ -63,12 +75,9 @@ def test_the_readme_snippets_run_as_script_files(installed):
 
 
 @pytest.mark.slow("every law through the repository's own pytest, then a failing law shrunk (66 s)")
-def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, tmp_path):
+def test_a_kernel_repository_runs_the_laws_through_its_own_pytest(installed, kernel_repo):
     venv, _, env = installed
-    repo = tmp_path / "my-kernels"
-    shutil.copytree(ROOT / "examples" / "float32_only", repo / "csrc")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_mine.py").write_text("def test_my_own():\n    assert 1 + 1 == 2\n")
+    repo = kernel_repo
     (repo / "wrong_tail.py").write_text(textwrap.dedent('''
         """An RMSNorm whose last column is zero when N % 8 == 7."""
         import torch
