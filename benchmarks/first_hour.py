@@ -35,6 +35,17 @@ def minutes(seconds: float) -> str:
     return f"{m} min {s} s" if m else f"{s} s"
 
 
+def speed_probe(steps: int = 20_000_000) -> float:
+    """Seconds for a fixed pure-Python loop on one core: these machines differ in speed from one
+    day to the next (the same compile took 2.3 times as long on one as on another), so each
+    measurement says how fast its machine was."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(steps):
+        total += i
+    return time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -44,7 +55,8 @@ def main(argv=None) -> int:
     lines = [f"commit {commit}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
              f"Python {sys.version.split()[0]}, a fresh clone; the README's command lines as written, in a "
              "virtual environment over this Python's packages; tests/test_readme.py's check of these "
-             "figures skips itself in the run it times"]
+             "figures skips itself in the run it times",
+             f"speed probe: 20,000,000 Python additions on one core in {speed_probe():.2f} s, before the commands"]
     where = Path(tempfile.mkdtemp(prefix="first-hour-"))
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(where / "clone")], check=True)

@@ -51,7 +51,8 @@ def _run(cmd, cwd, env, timeout=1800):
     return p.returncode, p.stdout + p.stderr
 
 
-@pytest.mark.slow("the installed copy builds the example in its own cache, then a whole gate (84 s)")
+@pytest.mark.slow("the installed copy builds the example in its own cache (the kernel repository's test "
+                  "reuses that build), then a whole gate (270 s with the install, beside the mutation score)")
 def test_the_console_command_judges_an_extension_from_outside_the_clone(installed, kernel_repo):
     venv, outside, env = installed
     code, out = _run([str(venv / "bin" / "rmsnorm-gate"), "gate", "--target", str(kernel_repo / "csrc"),
