@@ -202,8 +202,9 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "const int first_vec = lane;", count=4),)),
     Mutant("cluster_sum_local", "cuda", "the row's sum taken over the CTA's own slab only, not the cluster's",
            (Edit(DEV, "for (unsigned int r = 1; r < ctas; ++r)", "for (unsigned int r = 1; r < 1; ++r)"),)),
-    Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before the cluster barrier",
-           (Edit(DEV, "    cluster.sync();\n    v = slots.cta[parity][0];", "    v = slots.cta[parity][0];"),)),
+    Mutant("cluster_push_before_barrier_missing", "cuda", "the cluster's partial sums read before they have all landed "
+           "(no wait on the mbarrier that counts them)",
+           (Edit(DEV, "    entry.wait_arrived(slots, parity);\n", ""),)),
     Mutant("cluster_entry_wait_missing", "cuda", "partial sums written into the shared memory of cluster peers that "
            "may not have started (no wait on the entry barrier)",
            (Edit(DEV, "    entry.wait_once();  // every peer has entered: its shared memory may be written\n", ""),),

@@ -127,25 +127,60 @@ __device__ __forceinline__ void zero16(Vec16<T, kN>& out) {
   for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Scratch of group_sum: per-warp totals and the CTA total, each double-buffered by the parity
-// of the row-group iteration, so one barrier per row suffices (a thread can only overwrite a
-// slot of parity p after every thread has passed the next barrier, that is, after every
-// thread has read the slot).
+// How the CTAs of a cluster exchange a row's partial sums. 1: each CTA stores its total into every
+// peer's slot with st.async, which counts the bytes on the peer's mbarrier, and waits on its own
+// mbarrier for the cluster's totals: no cluster-wide barrier a row. 0: plain stores into the peers'
+// slots, then cluster.sync(), which compiles to MEMBAR.ALL.GPU (this thread's outstanding stores and
+// prefetches drained first), a cluster barrier and CCTL.IVALL (L1, and the weight cached there,
+// invalidated) on every row (SASS of 2938340's bwd_kernel<bf16, bf16, 2, true>).
+#ifndef RMSNORM_CLUSTER_MBARRIER
+#define RMSNORM_CLUSTER_MBARRIER 1
+#endif
+
+// Scratch of group_sum: per-warp totals and the cluster's CTA totals, each double-buffered by the
+// parity of the row-group iteration, so one CTA barrier per row suffices (a thread can only
+// overwrite a slot of parity p after every thread has passed the next barrier, that is, after
+// every thread has read the slot), and the mbarriers that count the CTA totals' bytes, one a parity.
 struct ReduceSlots {
   float warp[2][kWarpSize];
   float cta[2][16];  // the cluster's CTA totals, by rank, pushed here by each CTA
+  unsigned long long arrived[2];  // mbarriers: the bytes of cta[parity] that have landed
 };
+
+__device__ __forceinline__ unsigned int smem_address(const void* p) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(p));
+}
+
+// The address of the same shared-memory variable in the CTA of rank `rank` of this cluster.
+__device__ __forceinline__ unsigned int peer_address(unsigned int local, unsigned int rank) {
+  unsigned int remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
 
 // A CTA of a cluster may start after its peers: nothing may write into its shared memory before
 // it has entered (racecheck: "located in a block that might not have entered yet"). So every
-// thread of a cluster kernel arrives at a cluster barrier on entry (ClusterEntry's constructor),
-// and waits on that barrier once, before its first write into a peer (group_sum): the row's first
-// loads are in flight meanwhile. Every thread of the CTA must construct it and call group_sum.
+// thread of a cluster kernel arrives at a cluster barrier on entry (ClusterEntry's constructor,
+// after thread 0 has set up the CTA's mbarriers), and waits on that barrier once, before its first
+// write into a peer (group_sum): the row's first loads are in flight meanwhile. Every thread of the
+// CTA must construct it and call group_sum. It also counts the completed phases of the mbarriers.
 template <bool kCluster>
 struct ClusterEntry {
   bool waited = !kCluster;
-  __device__ __forceinline__ ClusterEntry() {
-    if constexpr (kCluster) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  unsigned int phases = 0;  // bit p: the parity of the phase of arrived[p] to wait for next
+  __device__ __forceinline__ explicit ClusterEntry(ReduceSlots& slots) {
+    if constexpr (kCluster) {
+#if RMSNORM_CLUSTER_MBARRIER
+      if (threadIdx.x == 0) {
+        for (int p = 0; p < 2; ++p) {
+          asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(&slots.arrived[p])) : "memory");
+        }
+        // Peers count bytes on these mbarriers only after the entry barrier below.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      }
+#endif
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    }
   }
   __device__ __forceinline__ void wait_once() {
     if constexpr (kCluster) {
@@ -155,14 +190,27 @@ struct ClusterEntry {
       }
     }
   }
+  // Wait until every CTA's total of this row has landed in slots.cta[parity].
+  __device__ __forceinline__ void wait_arrived(ReduceSlots& slots, int parity) {
+    const unsigned int bar = smem_address(&slots.arrived[parity]);
+    const unsigned int phase = (phases >> parity) & 1u;
+    asm volatile(
+        "{\n\t.reg .pred done;\n"
+        "WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+        "@!done bra WAIT_%=;\n}" ::"r"(bar),
+        "r"(phase)
+        : "memory");
+    phases ^= 1u << parity;
+  }
 };
 
 // The sum of v over the `group` threads that share a row (group is a power of two; groups are
 // consecutive thread ranges of the CTA), then over the CTAs of the cluster when kCluster (one
-// group per CTA then). Every thread of the group returns the same bits. The order of the sum
-// is fixed by the group size and the cluster size: a butterfly within the warp, the warps of
-// the group in order, the CTAs of the cluster in rank order. Every thread of the CTA must call
-// it (it holds a barrier when group > 32, and a cluster barrier when kCluster).
+// group per CTA then, of more than one warp). Every thread of the group returns the same bits. The
+// order of the sum is fixed by the group size and the cluster size: a butterfly within the warp,
+// the warps of the group in order, the CTAs of the cluster in rank order. Every thread of the CTA
+// must call it (it holds a barrier when group > 32, and waits on the cluster when kCluster).
 template <bool kCluster>
 __device__ __forceinline__ float group_sum(float v, int group, int parity, ReduceSlots& slots,
                                            ClusterEntry<kCluster>& entry) {
@@ -180,15 +228,36 @@ __device__ __forceinline__ float group_sum(float v, int group, int parity, Reduc
     for (int i = 1; i < warps_per_group; ++i) v += mine[i];
   }
   if constexpr (kCluster) {
-    // Each CTA pushes its total into every CTA's slot for its rank, then one cluster barrier,
-    // then every CTA adds the slots in rank order from its own shared memory: nothing reads a
-    // peer's memory after the barrier, so a CTA may exit as soon as it is done.
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const unsigned int ctas = cluster.num_blocks();
+    const unsigned int rank = cluster.block_rank();
     entry.wait_once();  // every peer has entered: its shared memory may be written
-    if (threadIdx.x < ctas) *cluster.map_shared_rank(&slots.cta[parity][cluster.block_rank()], threadIdx.x) = v;
+#if RMSNORM_CLUSTER_MBARRIER
+    // Thread r < ctas stores this CTA's total into slot [parity][rank] of the CTA of rank r; each
+    // CTA waits for the ctas totals' bytes on its own mbarrier, then adds its slots in rank order.
+    // A peer stores into slot [parity] again only two rows later, after this CTA's total of the
+    // row between, which its threads send after the barrier above: after all of them read here.
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                       smem_address(&slots.arrived[parity])),
+                   "r"(ctas * static_cast<unsigned int>(sizeof(float)))
+                   : "memory");
+    }
+    if (threadIdx.x < ctas) {
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                       peer_address(smem_address(&slots.cta[parity][rank]), threadIdx.x)),
+                   "r"(__float_as_uint(v)), "r"(peer_address(smem_address(&slots.arrived[parity]), threadIdx.x))
+                   : "memory");
+    }
+    entry.wait_arrived(slots, parity);
+#else
+    // Each CTA pushes its total into every CTA's slot for its rank, then one cluster barrier,
+    // then every CTA adds the slots in rank order from its own shared memory: nothing reads a
+    // peer's memory after the barrier, so a CTA may exit as soon as it is done.
+    if (threadIdx.x < ctas) *cluster.map_shared_rank(&slots.cta[parity][rank], threadIdx.x) = v;
     cluster.sync();
+#endif
     v = slots.cta[parity][0];
     for (unsigned int r = 1; r < ctas; ++r) v += slots.cta[parity][r];
   }

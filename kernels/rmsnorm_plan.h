@@ -94,14 +94,16 @@ constexpr int64_t kBwdStagedTo = RMSNORM_BWD_STAGED_TO;
 // to 0.95 / 0.93, but float32 in a cluster (16K / 64K) from 0.54 / 0.47 to 0.47 / 0.43, and
 // bfloat16, which spills 58-88 bytes with it, from 0.82 / 0.79 / 0.66 / 0.39 / 0.27 to 0.47 / 0.47
 // / 0.46 / 0.31 / 0.23 at 1K-256K. So only 4-byte elements without a cluster are pipelined;
-// RMSNORM_BWD_PIPELINE=0 pipelines none, 2 every kernel (to measure again).
+// RMSNORM_BWD_PIPELINE=0 pipelines none, 2 every kernel, 3 the 4-byte ones in clusters too (to
+// measure again: the cluster barrier those runs had drained every load in flight on each row).
 #ifndef RMSNORM_BWD_PIPELINE
 #define RMSNORM_BWD_PIPELINE 1
 #endif
 template <int kElementBytes, bool kCluster>
 struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
-  static constexpr bool value =
-      RMSNORM_BWD_PIPELINE == 2 || (RMSNORM_BWD_PIPELINE == 1 && kElementBytes == 4 && !kCluster);
+  static constexpr bool value = RMSNORM_BWD_PIPELINE == 2 ||
+                                (RMSNORM_BWD_PIPELINE == 1 && kElementBytes == 4 && !kCluster) ||
+                                (RMSNORM_BWD_PIPELINE == 3 && kElementBytes == 4);
 };
 constexpr int kBwdStagedCta = 256;
 constexpr int kBwdStagedVpt = 8;

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
-  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
+  dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int per_unit = blockDim.x / group;
   const int lane = threadIdx.x % group;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
-  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
+  dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
-  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
+  dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int per_unit = blockDim.x / group;
   const int group_index = threadIdx.x / group;
   const int lane = threadIdx.x % group;
@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     rank = cluster.block_rank();
     cluster_size = cluster.num_blocks();
   }
-  dev::ClusterEntry<kCluster> entry;  // arrive: this CTA has entered (group_sum waits before a remote write)
+  dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
   const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
