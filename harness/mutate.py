@@ -340,7 +340,8 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
     if not chosen:
         raise ValueError(f"no mutants to run on {device}: the chosen ones break the other device's code "
                          f"(this lane runs lanes {mutants.lanes_for(device)})")
-    by_sanitizer = [m for m in chosen if not m.by_suite]
+    not_judged = [m for m in chosen if m.unjudged]
+    by_sanitizer = [m for m in chosen if not m.by_suite and not m.unjudged]
     chosen = [m for m in chosen if m.by_suite]
     if not chosen:
         raise ValueError(f"no mutants for the suite among those chosen: {', '.join(m.name for m in by_sanitizer)} "
@@ -368,6 +369,8 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
     if by_sanitizer:
         print(f"mutate: left to compute-sanitizer (the GPU lane's sanitize step), races the outputs need not show: "
               f"{', '.join(f'{m.name} ({m.sanitizer})' for m in by_sanitizer)}", flush=True)
+    for m in not_judged:
+        print(f"mutate: not judged by any tool: {m.name} ({m.bug}): {m.unjudged}", flush=True)
     import queue
 
     todo: "queue.Queue[mutants.Mutant]" = queue.Queue()
@@ -482,7 +485,9 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
     survivors = [r.mutant for r in ordered if not counts(r)]
     if survivors:
         print(f"not killed: {', '.join(survivors)}", flush=True)
-    text = "\n".join([f"# Mutation score ({device}, profile {profile})", "", score, ""] + lines) + "\n"
+    blind = [f"Not judged by any tool: {m.name} ({m.bug}): {m.unjudged}." for m in not_judged]
+    text = "\n".join([f"# Mutation score ({device}, profile {profile})", "", score, ""] + lines
+                     + ([""] + blind if blind else [])) + "\n"
     target = report or (out_dir / "score.md")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)

@@ -18,6 +18,15 @@ def test_catalogue_matches_the_sources():
         assert not m.echoes or ("/" in m.echoes and "#" in m.echoes), m.name
 
 
+def test_a_mutant_judged_by_nothing_must_say_why(monkeypatch):
+    m = mutants.BY_NAME["cluster_entry_wait_missing"]
+    assert m.unjudged and not m.by_suite and not m.sanitizer
+    silent = mutants.Mutant(m.name, m.lane, m.bug, m.edits, by_suite=False)
+    monkeypatch.setattr(mutants, "CATALOGUE", tuple(silent if c is m else c for c in mutants.CATALOGUE))
+    assert mutants.check_catalogue() == [f"{m.name}: judged by nothing (by_suite is False and it names no "
+                                         "sanitizer) and says nowhere why (unjudged)"]
+
+
 def test_apply_refuses_a_catalogue_that_drifted():
     m = mutants.BY_NAME["cpu_eps_outside_sqrt"]
     files = {e.file: (ROOT / e.file).read_text() for e in m.edits}

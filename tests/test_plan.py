@@ -132,7 +132,7 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     """A racy mutant is sanitized on its sanitize_paths alone (racecheck on all 12 cases took minutes):
     those cases must reach the code it breaks. The fallback's block reduce runs where a case is not
     whole 16-byte vectors or is float64, with several warps; the fast path's warp slots where a row's
-    group spans several warps; the cluster exchange where a plan has a cluster, both ways."""
+    group spans several warps."""
     from harness import mutants
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
@@ -144,8 +144,11 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
         return c.rows > 0 and (c.dtype == "float64" or c.n % vec(c) != 0)
 
     chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
-    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing", "cluster_entry_wait_missing",
+    assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing",
                            "fast_slots_single_buffered", "fast_staged_copy_not_awaited"}
+    # The cluster exchange's race (a store into a peer that may not have started) is named as judged
+    # by nothing since the totals go by st.async, which racecheck does not check.
+    assert [m.name for m in mutants.unjudged()] == ["cluster_entry_wait_missing"]
     for name, paths in chosen.items():
         assert paths and all(0 <= i < len(PATHS) for i in paths), (name, paths)
     cases = sample()
@@ -157,8 +160,6 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan
              and max(plan[i]["f_group"], plan[i]["b_group"]) > 32]
     assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
-    clusters = {(d, plan[i][f"{d}_cluster"]) for i in chosen["cluster_entry_wait_missing"] if i in plan for d in "fb"}
-    assert {cl for d, cl in clusters if d == "f"} - {1} and {cl for d, cl in clusters if d == "b"} - {1}, clusters
     # Backward units that take a second pass, with rows of several warps (the slots' parity matters).
     twice = [i for i in chosen["fast_slots_single_buffered"] if i in plan and plan[i]["b_group"] > 32
              and cases[i].rows > plan[i]["b_units"] * plan[i]["b_unit_groups"]]
