@@ -484,10 +484,12 @@ def _is_peer(name: str) -> bool:
     return name in PEERS
 
 
-def markdown(results: list[Result], ceiling: float, header: str) -> str:
+def markdown(results: list[Result], ceiling: float, header: str, not_run: list[str] = ()) -> str:
     out = [header, "", f"Copy ceiling measured in this run: {ceiling:.0f} GB/s. Cells: GB/s (fraction of the ceiling); "
            "'vs best peer': the first implementation's GB/s over the best peer's of the same table at that shape; "
            "'of its operator': the users' path over the raw operator's GB/s, for the first implementation.", ""]
+    if not_run:  # peers asked for that could not run here: said, not silently left out of the tables
+        out += ["Peers not run: " + "; ".join(not_run) + ".", ""]
     by = {(r.path, r.impl, r.dtype, r.n, r.direction): r for r in results}
     for path in (USERS, OPERATORS):
         mine = [r for r in results if r.path == path and r.direction != "decode"]
@@ -595,7 +597,7 @@ def save(results: list[Result], ceiling: float, meta: dict, out_dir: Path) -> tu
     data = {"meta": {**meta, "copy_gbps": ceiling}, "results": [r.__dict__ for r in results]}
     (out_dir / "bench.json").write_text(json.dumps(data, indent=1))
     title = f"## RMSNorm speed: {meta.get('device', '?')}, {meta.get('when', '')}, commit {meta.get('commit', '?')}"
-    md = markdown(results, ceiling, title)
+    md = markdown(results, ceiling, title, meta.get("not_run", []))
     (out_dir / "bench.md").write_text(md + "\n")
     return out_dir / "bench.md", plot(results, ceiling, out_dir / "bench.png")
 

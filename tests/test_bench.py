@@ -47,6 +47,9 @@ def test_markdown_has_both_paths_fractions_ratios_decode_and_what_was_not_timed(
     assert "| 1 x 4096 | 2.16 | 1.95 | 0.90 |" in operators.split("### decode")[1]
     assert "- torch bfloat16 N=4096 backward: grad_x max error 0.5" in md
     assert "- liger bfloat16 N=262144 forward: raised RuntimeError" in md
+    assert "Peers not run" not in md
+    quiet = bench.markdown(_results(), 4200.0, "## test", ["quack: quack is not installed (No module named 'quack')"])
+    assert "Peers not run: quack: quack is not installed (No module named 'quack')." in quiet
 
 
 def test_the_check_rejects_an_unwritten_element_however_large_the_tensor():
