@@ -484,7 +484,7 @@ def _is_peer(name: str) -> bool:
     return name in PEERS
 
 
-def markdown(results: list[Result], ceiling: float, header: str, not_run: list[str] = ()) -> str:
+def markdown(results: list[Result], ceiling: float, header: str, not_run: list[str] | tuple[str, ...] = ()) -> str:
     out = [header, "", f"Copy ceiling measured in this run: {ceiling:.0f} GB/s. Cells: GB/s (fraction of the ceiling); "
            "'vs best peer': the first implementation's GB/s over the best peer's of the same table at that shape; "
            "'of its operator': the users' path over the raw operator's GB/s, for the first implementation.", ""]

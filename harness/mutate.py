@@ -344,8 +344,10 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
     by_sanitizer = [m for m in chosen if not m.by_suite and not m.unjudged]
     chosen = [m for m in chosen if m.by_suite]
     if not chosen:
-        raise ValueError(f"no mutants for the suite among those chosen: {', '.join(m.name for m in by_sanitizer)} "
-                         f"are judged by compute-sanitizer ({command()} sanitize --target mutant:NAME)")
+        why = ([f"{', '.join(m.name for m in by_sanitizer)} are judged by compute-sanitizer ({command()} sanitize "
+                "--target mutant:NAME)"] if by_sanitizer else []) + \
+              [f"{m.name} is judged by no tool ({m.unjudged})" for m in not_judged]
+        raise ValueError("no mutants for the suite among those chosen: " + "; ".join(why))
     processes = max(1, jobs) + 1  # the jobs, and the original judged beside them: they share the cores
     problems = mutants.check_catalogue()
     if problems:

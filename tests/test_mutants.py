@@ -27,6 +27,14 @@ def test_a_mutant_judged_by_nothing_must_say_why(monkeypatch):
                                          "sanitizer) and says nowhere why (unjudged)"]
 
 
+def test_mutate_says_why_a_mutant_it_cannot_judge_is_not_run():
+    code, out = run(["-m", "harness", "mutate", "--device", "cuda", "--only", "cluster_entry_wait_missing"])
+    assert code == 2 and "cluster_entry_wait_missing is judged by no tool (racecheck" in out, out
+    assert "compute-sanitizer" not in out, out
+    code, out = run(["-m", "harness", "mutate", "--device", "cuda", "--only", "fast_slots_single_buffered"])
+    assert code == 2 and "fast_slots_single_buffered are judged by compute-sanitizer" in out, out
+
+
 def test_apply_refuses_a_catalogue_that_drifted():
     m = mutants.BY_NAME["cpu_eps_outside_sqrt"]
     files = {e.file: (ROOT / e.file).read_text() for e in m.edits}
