@@ -150,7 +150,7 @@ def preflight(what: str) -> None:
     SetupError with one line; the build's whole output is kept in .build/setup-error.log."""
     import torch
 
-    from . import session
+    from . import interrupts, session
     from .target import is_prebuilt
     from .worker import HarnessError
 
@@ -164,6 +164,9 @@ def preflight(what: str) -> None:
         for line in p.stdout.splitlines():
             if line.startswith("rmsnorm:") and "toolchain:" not in line:  # the report has the toolchain line
                 print(line, flush=True)
+        # Ctrl-C reaches the build too (one process group): a build it ended is the interrupt's, not a
+        # failure to build (a gate interrupted while it loaded once said "does not build", exit 2).
+        interrupts.check()
         if p.returncode != 0:
             log = work_root() / "setup-error.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +179,7 @@ def preflight(what: str) -> None:
     try:
         session.runner()
     except HarnessError as e:
+        interrupts.check()  # a worker the interrupt ended while it loaded the target: the interrupt's
         lines = [ln for ln in str(e).splitlines()[1:] if ln.strip()] or [str(e)]
         raise SetupError(f"target {spec} could not be loaded for {what}: {lines[0][:300]}") from None
 

@@ -92,3 +92,24 @@ def test_an_interrupt_ends_the_run_with_its_report_and_records_nothing_false(pai
         assert "the worker process died" not in out and "Traceback" not in out, where
         saved = list((tmp_path / name / "corpus").rglob("*.json"))
         assert not saved, f"cases saved for a correct target: {saved}; {where}"
+
+
+def test_a_build_that_ctrl_c_ended_is_an_interrupt_not_a_set_up_error(monkeypatch):
+    """Ctrl-C reaches the gate's build subprocess too: the build it ended once made the gate say
+    "target project does not build" (exit 2) where it had been interrupted (exit 130)."""
+    from harness import cli, interrupts
+
+    monkeypatch.setattr(interrupts, "_RECEIVED", {"signal": None})
+    monkeypatch.setattr(cli, "work_root", lambda: ROOT / ".build")
+
+    def build_ended_by_ctrl_c(cmd, **kw):
+        interrupts._on_signal(signal.SIGINT, None)  # the signal the gate's handler took meanwhile
+        return subprocess.CompletedProcess(cmd, -signal.SIGINT, "rmsnorm: building ...\n", "KeyboardInterrupt\n")
+
+    monkeypatch.setattr(cli.subprocess, "run", build_ended_by_ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli.preflight("the gate")
+        assert interrupts.exit_code() == 130
+    finally:
+        interrupts.acknowledge()
