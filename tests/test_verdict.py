@@ -148,13 +148,18 @@ def test_sigterm_ends_a_run_with_its_report_and_verdict(tmp_path):
         p = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--device", "cpu", "-n", "2"], cwd=ROOT,
                              env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while "bringing up nodes" not in log.read_text() and p.poll() is None and time.monotonic() < deadline:
+        # Among the laws, with cases checked: wait for the first test to pass (its worker then holds
+        # a tally). A fixed wait did not hold: 6 s after the extension was ready, once, and 15 s after
+        # the workers came up on the CI machine shared with other tests, no case had been checked yet
+        # (the report then rightly had no law to show).
+        deadline = time.monotonic() + 600
+
+        def first_pass() -> bool:  # pytest's "." for a passed test, after the workers' start lines
+            text = log.read_text()
+            return "bringing up nodes..." in text and "." in text.rsplit("bringing up nodes...", 1)[1]
+
+        while not first_pass() and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        # Among the laws, with cases checked: 6 s after the extension was ready, once, the workers had
-        # not yet started (the report then rightly had no law to show). 15 s: with the machine shared
-        # with other tests as well (this test is not held alone), cases are checked well before.
-        time.sleep(15)
         assert p.poll() is None, log.read_text()[-3000:]
         os.kill(p.pid, signal.SIGTERM)
         code = p.wait(timeout=60)
