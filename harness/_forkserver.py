@@ -1,11 +1,16 @@
 """Imported first by the worker processes' fork server (harness.worker's preload): it ignores
 Ctrl-C before anything else, so that the server, which imports torch for a few seconds before it
 would ignore Ctrl-C itself, does not die of a terminal's interrupt meant for the run (the run's
-own process handles it and stops the workers). Then the modules every worker needs."""
+own process handles it and stops the workers). Then the C heap every worker inherits keeps freed
+memory (harness.heap), and the modules every worker needs."""
 
 import signal
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+from harness.heap import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()
 
 import torch  # noqa: E402,F401
 

@@ -70,6 +70,9 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     # progress): a worker that died of it would look like a crash of the target (a terminal's
     # Ctrl-C reaches the whole process group).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .heap import keep_freed_memory
+
+    keep_freed_memory()  # a spawned worker's own heap (a forked one has its server's already)
     if env is not None:  # a forked worker has its server's environment: take the parent's
         os.environ.clear()
         os.environ.update(env)
