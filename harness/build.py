@@ -32,6 +32,9 @@ DEFAULT_ARCH = "9.0"  # the H200 this project targets, used when there is no GPU
 # Kernel settings to build the project with instead of its defaults (kernels/rmsnorm_plan.h and
 # rmsnorm_device.cuh name them), for comparing them: "RMSNORM_PDL=1 RMSNORM_FWD_STAGED_FROM=0".
 DEFINES_ENV = "RMSNORM_KERNEL_DEFINES"
+# Written in a build's folder once it compiled and imported (the module's name): a later run that
+# finds it need not start a process to check the build (harness.cli.preflight).
+READY_STAMP = "ready"
 
 
 @contextlib.contextmanager
@@ -234,7 +237,18 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
     if cold:
         say(f"rmsnorm: built {name} in {time.perf_counter() - t0:.1f} s")
+    (build_dir / READY_STAMP).write_text(name)
     return module
+
+
+def built_before(spec: BuildSpec) -> str | None:
+    """The module name of a build of spec (the same sources, headers, flags, torch and Python: its
+    key) that compiled and imported here before, or None."""
+    build_dir = build_root() / f"{spec.name_prefix}-{spec.key()}"
+    stamp = build_dir / READY_STAMP
+    if stamp.is_file() and any(build_dir.glob("*.so")):
+        return stamp.read_text().strip() or None
+    return None
 
 
 def toolchain_flags() -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -33,6 +33,30 @@ def test_a_target_that_does_not_import_or_build_is_a_set_up_error(tmp_path):
     assert code == 2 and "does not build" in out and "broken.cpp" in out, out
 
 
+def test_a_build_that_compiled_and_imported_before_is_not_checked_again_in_a_process_of_its_own(monkeypatch,
+                                                                                              tmp_path):
+    """A gate started a process to build the project (2 s: torch imported once more) even when that
+    build had compiled and imported before; now the build's folder says so, and the worker's load
+    checks the build is up to date as every load does."""
+    from harness import build, cli, toolchain
+    from harness.target import build_spec_for
+
+    monkeypatch.setattr(toolchain, "cached", lambda: "probed")
+    monkeypatch.setattr(toolchain, "fix_flags", lambda: ((), ()))
+    monkeypatch.setattr(build, "build_root", lambda: tmp_path)
+    bspec, note = build_spec_for("project")
+    folder = tmp_path / f"{bspec.name_prefix}-{bspec.key()}"
+    assert cli._built_before("project") is None  # never built here
+    folder.mkdir()
+    (folder / "rmsnorm_ext_x.so").write_bytes(b"")
+    assert cli._built_before("project") is None  # a library, but no build that finished
+    (folder / build.READY_STAMP).write_text("rmsnorm_ext_x")
+    assert cli._built_before("project") == f"rmsnorm: rmsnorm_ext_x ready ({note}), as built before"
+    assert cli._built_before("mutant:cpu_tail_skipped") is None  # mutants: their own builder
+    monkeypatch.setattr(toolchain, "cached", lambda: None)
+    assert cli._built_before("project") is None  # the toolchain not probed yet: its flags, in the key, unknown
+
+
 @pytest.mark.slow("the example's whole gate passing, then its coverage failure (83 s)")
 def test_the_example_passes_with_its_contract_and_fails_coverage_without(tmp_path):
     code, out = gate("--target", "examples/float32_only", "--dtypes", "float32", "--corpus", str(tmp_path))
