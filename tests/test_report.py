@@ -71,6 +71,7 @@ def test_the_example_passes_with_its_contract_and_fails_coverage_without(tmp_pat
     assert "explained by dtype float64 (every such case refused)" in out, out[-3000:]
 
 
+@pytest.mark.slow("a whole gate of a module declaring float32, then a short one that must fail (72 s beside other tests)")
 def test_a_contract_declared_by_the_module_is_drawn_inside_and_held_to(tmp_path):
     code, out = gate("--target", "module:tests.targets.float32_declared", "--corpus", str(tmp_path))
     assert code == 0 and "contract (declared by module:tests.targets.float32_declared): dtypes float32" in out, out[-3000:]

@@ -30,6 +30,7 @@ def sheet(tmp_path_factory):
     return json.loads((out / "sheet.json").read_text()), text, out
 
 
+@pytest.mark.slow("its fixture runs three whole gates side by side, the ci profile (103 s)")
 def test_the_sheet_tells_the_batch_variant_target_from_the_invariant_ones(sheet):
     data, text, out = sheet
     cols = {c["target"]: c for c in data["targets"]}
