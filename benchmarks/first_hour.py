@@ -73,10 +73,9 @@ def main(argv=None) -> int:
             out = (r.stdout + r.stderr).strip().splitlines()
             # The verdict or pytest's summary: standard output's last line (standard error's came
             # last once, a plugin's warning), else standard error's.
-            shown = [l for l in r.stdout.splitlines() + r.stderr.splitlines()
-                     if l.strip() and not l.startswith(("W1", "WARNING"))]
-            said = [l for l in r.stdout.splitlines() if l.strip()]
-            last = said[-1] if said else (shown[-1] if shown else "")
+            said = [l for l in r.stdout.splitlines() if l.strip()] or \
+                [l for l in r.stderr.splitlines() if l.strip() and not l.startswith(("W1", "WARNING"))]
+            last = said[-1] if said else ""
             lines.append(f"{name}: {minutes(dt)}, exit {r.returncode}: {cmd}")
             lines.append(f"  last line: {last.strip()[:300]}")
             (where / f"{name}.log").write_text("\n".join(out))

@@ -199,6 +199,11 @@ def _module_name(spec: BuildSpec, key: str) -> str:
     return f"{spec.name_prefix}_{key}"
 
 
+def build_dir_of(spec: BuildSpec, key: str | None = None) -> Path:
+    """The folder a build of spec lives in (keyed by spec.key())."""
+    return build_root() / f"{spec.name_prefix}-{key or spec.key()}"
+
+
 def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     """Compile (or reuse) and import the extension described by spec."""
     _prepare_cuda_home()
@@ -206,7 +211,7 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
 
     key = spec.key()
     name = _module_name(spec, key)
-    build_dir = build_root() / f"{spec.name_prefix}-{key}"
+    build_dir = build_dir_of(spec, key)
     build_dir.mkdir(parents=True, exist_ok=True)
     cold = not any(build_dir.glob("*.so"))
     what = f"CUDA sm_{cuda_arch_list().replace('.', '').replace(';', ',sm_')} + CPU" if spec.with_cuda else "CPU only"
@@ -237,14 +242,16 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
     if cold:
         say(f"rmsnorm: built {name} in {time.perf_counter() - t0:.1f} s")
-    (build_dir / READY_STAMP).write_text(name)
+    stamp = build_dir / READY_STAMP
+    if not stamp.is_file():
+        stamp.write_text(name)
     return module
 
 
 def built_before(spec: BuildSpec) -> str | None:
     """The module name of a build of spec (the same sources, headers, flags, torch and Python: its
     key) that compiled and imported here before, or None."""
-    build_dir = build_root() / f"{spec.name_prefix}-{spec.key()}"
+    build_dir = build_dir_of(spec)
     stamp = build_dir / READY_STAMP
     if stamp.is_file() and any(build_dir.glob("*.so")):
         return stamp.read_text().strip() or None

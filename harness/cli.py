@@ -158,27 +158,12 @@ def preflight(what: str) -> None:
     if dev == "cuda" and not torch.cuda.is_available():
         raise SetupError(f"device cuda was asked for, but torch {torch.__version__} sees no GPU here"
                          + ("" if torch.version.cuda else " (a CPU-only build of torch)"))
-    ready = None if is_prebuilt(spec) else _built_before(spec)
-    if ready:
-        print(ready, flush=True)
-        os.environ["RMSNORM_BUILT"] = spec
-    elif not is_prebuilt(spec):
-        p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], capture_output=True,
-                           text=True)
-        for line in p.stdout.splitlines():
-            if line.startswith("rmsnorm:") and "toolchain:" not in line:  # the report has the toolchain line
-                print(line, flush=True)
-        # Ctrl-C reaches the build too (one process group): a build it ended is the interrupt's, not a
-        # failure to build (a gate interrupted while it loaded once said "does not build", exit 2).
-        interrupts.check()
-        if p.returncode != 0:
-            log = work_root() / "setup-error.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(p.stdout + p.stderr)
-            errors = [ln.strip() for ln in (p.stdout + p.stderr).splitlines()
-                      if "error" in ln.lower() and not ln.startswith("W")]
-            raise SetupError(f"target {spec} does not build: {(errors or ['see the log'])[-1][:300]} "
-                             f"(whole output: {log})")
+    if not is_prebuilt(spec):
+        ready = _built_before(spec)
+        if ready:
+            print(ready, flush=True)
+        else:
+            _build_in_a_process(spec)
         os.environ["RMSNORM_BUILT"] = spec  # pytest's session start need not build it again
     try:
         session.runner()
@@ -186,6 +171,28 @@ def preflight(what: str) -> None:
         interrupts.check()  # a worker the interrupt ended while it loaded the target: the interrupt's
         lines = [ln for ln in str(e).splitlines()[1:] if ln.strip()] or [str(e)]
         raise SetupError(f"target {spec} could not be loaded for {what}: {lines[0][:300]}") from None
+
+
+def _build_in_a_process(spec: str) -> None:
+    """Build the target in a process of its own; SetupError with one line where it does not build."""
+    from . import interrupts
+
+    p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], capture_output=True,
+                       text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith("rmsnorm:") and "toolchain:" not in line:  # the report has the toolchain line
+            print(line, flush=True)
+    # Ctrl-C reaches the build too (one process group): a build it ended is the interrupt's, not a
+    # failure to build (a gate interrupted while it loaded once said "does not build", exit 2).
+    interrupts.check()
+    if p.returncode != 0:
+        log = work_root() / "setup-error.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(p.stdout + p.stderr)
+        errors = [ln.strip() for ln in (p.stdout + p.stderr).splitlines()
+                  if "error" in ln.lower() and not ln.startswith("W")]
+        raise SetupError(f"target {spec} does not build: {(errors or ['see the log'])[-1][:300]} "
+                         f"(whole output: {log})")
 
 
 def _built_before(spec: str) -> str | None:

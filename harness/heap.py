@@ -13,7 +13,6 @@ would keep it; workers end with their run.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 # mallopt's parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -28,9 +27,8 @@ def keep_freed_memory() -> bool:
     """Tell glibc's malloc to serve large blocks from the heap and keep up to KEEP_BYTES of freed
     memory at its top. False where there is no mallopt (not glibc): nothing changes there."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+        mallopt = ctypes.CDLL(None).mallopt  # the C library already loaded into this process
+    except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -230,18 +230,13 @@ def baseline(m: mutants.Mutant, *, device: str) -> tuple[str, str]:
     """The seed card's single check on the mutant: (killed | survived | error, detail). It runs in a
     process of its own forked from the workers' server, which has imported torch: a fresh
     interpreter for each mutant imported torch again (2-3 s a mutant, 18 on the CPU lane)."""
-    import multiprocessing as mp
     import tempfile
 
-    from .worker import _PRELOAD, start_method
+    from .worker import context
 
-    method = start_method()
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(_PRELOAD)
     with tempfile.TemporaryDirectory(prefix="rmsnorm-card-") as d:
         log = Path(d) / "card.log"
-        proc = ctx.Process(target=_card_check, args=(m.name, device, str(log)), daemon=True)
+        proc = context().Process(target=_card_check, args=(m.name, device, str(log)), daemon=True)
         proc.start()
         proc.join()
         code = proc.exitcode

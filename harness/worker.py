@@ -51,6 +51,16 @@ def start_method() -> str:
     return v if v in mp.get_all_start_methods() else "spawn"
 
 
+def context():
+    """The multiprocessing context workers start in (start_method()); the fork server, when it is
+    one, preloads torch and the laws."""
+    method = start_method()
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server first starts
+    return ctx
+
+
 def _tell(conn, msg) -> None:
     """Send to the parent; if it is gone (interrupted, killed), end quietly: nobody is listening."""
     try:
@@ -204,10 +214,7 @@ class Runner:
     def _spawn(self):
         """Start a worker process; it loads the target on its own. Returns (process, connection,
         breadcrumb)."""
-        method = start_method()
-        ctx = mp.get_context(method)
-        if method == "forkserver":
-            ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server first starts
+        ctx = context()
         parent, child = ctx.Pipe()
         crumb = ctx.Array("c", 512, lock=False)
         old = {k: os.environ.get(k) for k in self.env}
