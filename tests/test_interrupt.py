@@ -103,8 +103,13 @@ def test_a_build_that_ctrl_c_ended_is_an_interrupt_not_a_set_up_error(monkeypatc
 
     monkeypatch.setattr(interrupts, "_RECEIVED", {"signal": None})
     monkeypatch.setattr(cli, "work_root", lambda: ROOT / ".build")
+    # The build's process runs whether or not another test built the project first: a build that
+    # finished here before is not built again, and this test once passed or failed by test order.
+    monkeypatch.setattr(cli, "_built_before", lambda spec: None)
+    builds = []
 
     def build_ended_by_ctrl_c(cmd, **kw):
+        builds.append(cmd)
         interrupts._on_signal(signal.SIGINT, None)  # the signal the gate's handler took meanwhile
         return subprocess.CompletedProcess(cmd, -signal.SIGINT, "rmsnorm: building ...\n", "KeyboardInterrupt\n")
 
@@ -112,6 +117,7 @@ def test_a_build_that_ctrl_c_ended_is_an_interrupt_not_a_set_up_error(monkeypatc
     try:
         with pytest.raises(KeyboardInterrupt):
             cli.preflight("the gate")
+        assert len(builds) == 1 and "build" in builds[0], builds
         assert interrupts.exit_code() == 130
     finally:
         interrupts.acknowledge()
