@@ -123,7 +123,9 @@ def cmd_build(args) -> int:
     if spec.startswith("mutant:"):
         from . import mutants
 
-        path, dt = mutants.build_mutant(mutants.BY_NAME[spec[7:]])
+        from .target import default_device
+
+        path, dt = mutants.build_mutant(mutants.BY_NAME[spec[7:]], device=args.device or default_device())
         print(f"rmsnorm: {spec} ready in {dt:.1f} s: {path}")
         return 0
     bspec, note = build_spec_for(spec)
@@ -163,7 +165,7 @@ def preflight(what: str) -> None:
         if ready:
             print(ready, flush=True)
         else:
-            _build_in_a_process(spec)
+            _build_in_a_process(spec, dev)
         os.environ["RMSNORM_BUILT"] = spec  # pytest's session start need not build it again
     try:
         session.runner()
@@ -173,12 +175,13 @@ def preflight(what: str) -> None:
         raise SetupError(f"target {spec} could not be loaded for {what}: {lines[0][:300]}") from None
 
 
-def _build_in_a_process(spec: str) -> None:
-    """Build the target in a process of its own; SetupError with one line where it does not build."""
+def _build_in_a_process(spec: str, device: str) -> None:
+    """Build the target for device in a process of its own; SetupError with one line where it does
+    not build."""
     from . import interrupts
 
-    p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec, "--device", device],
+                       capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("rmsnorm:") and "toolchain:" not in line:  # the report has the toolchain line
             print(line, flush=True)
@@ -491,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
 
     b = sub.add_parser("build", help="build (or find cached) the target extension")
     b.add_argument("--target", default=None)
+    b.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="the device the target will run on (default: cuda when a GPU is visible, else cpu); "
+                        "a mutant is built without its CUDA sources for the CPU")
     b.add_argument("--verbose", action="store_true", help="show the compiler commands")
     b.set_defaults(fn=cmd_build)
 

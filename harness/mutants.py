@@ -585,14 +585,22 @@ def _incremental_build(m: Mutant, files: dict[str, str], tree: Path, build_dir: 
         raise RuntimeError(f"mutant {m.name} did not link:\n{(p.stdout + p.stderr)[-4000:]}")
 
 
-def build_mutant(m: Mutant, *, log=None, slot: int | None = None) -> tuple[Path, float]:
-    """Build (or find) the mutant's library; returns (path, seconds spent building). Builds in
-    different slots use different scratch trees, so they can run at the same time (the GPU lane's
-    sanitize step builds its mutants in a slot of its own, beside mutate's)."""
+def builds_cuda(device: str) -> bool:
+    """Whether a mutant judged on device is built with the CUDA sources: where a toolkit is, for a
+    CUDA device; never for the CPU, where that code does not run (the CPU lane compiled every
+    kernel of the pristine tree for nothing: about half of its CPU-seconds). The C++ of a CPU-only
+    build is the same source compiled with the same flags."""
+    return device != "cpu" and build.cuda_build_possible()[0]
+
+
+def build_mutant(m: Mutant, *, device: str, log=None, slot: int | None = None) -> tuple[Path, float]:
+    """Build (or find) the mutant's library for device; returns (path, seconds spent building).
+    Builds in different slots use different scratch trees, so they can run at the same time (the
+    GPU lane's sanitize step builds its mutants in a slot of its own, beside mutate's)."""
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if slot is None:
         slot = int(os.environ.get(SLOT_ENV, "0"))
-    with_cuda, _ = build.cuda_build_possible()
+    with_cuda = builds_cuda(device)
     files = _pristine_files()
     base = _base_key(files, with_cuda)
     out = home() / f"lib-{base}" / f"{m.name}-{m.key()}" / f"{MODULE_NAME}.so"
@@ -615,12 +623,12 @@ def build_mutant(m: Mutant, *, log=None, slot: int | None = None) -> tuple[Path,
     return out, dt
 
 
-def load(name: str) -> ModuleType:
-    """Build if needed and import a mutant's library (it registers torch.ops.rmsnorm)."""
+def load(name: str, device: str) -> ModuleType:
+    """Build if needed and import a mutant's library for device (it registers torch.ops.rmsnorm)."""
     m = BY_NAME.get(name)
     if m is None:
         raise ValueError(f"unknown mutant {name!r}; expected one of: {', '.join(BY_NAME)}")
-    path, _ = build_mutant(m)
+    path, _ = build_mutant(m, device=device)
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

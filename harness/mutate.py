@@ -382,7 +382,7 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
     t_start = time.perf_counter()
     # The original first: built as the mutants are, judged by the same suite, profile and seed while
     # the mutants are (no score without its pass).
-    _, dt_original = mutants.build_mutant(mutants.ORIGINAL, log=lambda s: None)
+    _, dt_original = mutants.build_mutant(mutants.ORIGINAL, device=device, log=lambda s: None)
     kept_note = "kept cases ignored (--fresh): every mutant searched by the suite" if fresh else \
         f"each mutant's kept case first ({KILLS.name}/{device}/), the suite where it no longer kills"
     print(f"mutate: judging the unmutated sources (built in {dt_original:.1f} s), profile {profile}, beside "
@@ -408,7 +408,7 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
             except queue.Empty:
                 return
             try:
-                _, dt = mutants.build_mutant(m, log=lambda s: None, slot=slot)
+                _, dt = mutants.build_mutant(m, device=device, log=lambda s: None, slot=slot)
                 built.put((m, dt))
             except Exception as e:  # noqa: BLE001 - reported as that mutant's error
                 built.put((m, e))

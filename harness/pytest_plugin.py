@@ -186,8 +186,8 @@ def pytest_sessionstart(session: pytest.Session):
         return
     # Build once here, with the compiler's progress visible, so workers load from the cache.
     tr = config.pluginmanager.get_plugin("terminalreporter")
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "build", "--target", spec], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "build", "--target", spec, "--device", _state.device()],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)

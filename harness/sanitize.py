@@ -121,7 +121,8 @@ def main(spec: str, tools: list[str], count: int | None, paths: tuple[int, ...] 
     cases = len(sample(count, paths=paths))
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", RMSNORM_LINEINFO="1")
     # Build first (outside the sanitizer, which would slow the compiler's own CUDA use).
-    subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "harness", "build", "--target", spec, "--device", "cuda"], env=env,
+                   check=True)
     running = []
     for tool in tools:
         cmd = [exe, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]

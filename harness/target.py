@@ -306,7 +306,7 @@ def load(spec: str, device: str, strict: bool | None = None) -> Target:
     elif spec.startswith("mutant:"):
         from . import mutants, ops
 
-        module = mutants.load(spec[7:])
+        module = mutants.load(spec[7:], dev.type)
         note = f"mutant {spec[7:]} of this project's extension"
         ops.adopt(module, note)
         has_ops = True
