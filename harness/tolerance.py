@@ -131,19 +131,21 @@ def backward_bounds(grad_out, x, weight, stats: RowStats, d_inv_used, gx_ref, gw
     exact = g.to(x.dtype).to(torch.float64) == g if x.dtype != torch.float64 else torch.zeros_like(g, dtype=torch.bool)
     u_g = torch.where(exact, 0.0, uo)
     xhat = x64 * inv  # O(1): keeps every product below in range (inv^3 alone can underflow)
-    gxh = (g * xhat).abs()
+    gx = g * xhat
+    gxh = gx.abs()
     gxh_abs = gxh.sum(dim=-1, keepdim=True)
     gxh_rounded = (gxh * u_g).sum(dim=-1, keepdim=True)
-    c = (g * xhat).sum(dim=-1, keepdim=True) / n
+    c = gx.sum(dim=-1, keepdim=True) / n
+    g_abs, xhat_abs = g.abs(), xhat.abs()
     term = (
         uo * gx_ref.abs()
-        + inv * g.abs() * (d + 3 * ua + u_g)
+        + inv * g_abs * (d + 3 * ua + u_g)
         + inv * (xhat * c).abs() * (3 * d + 6 * ua)
-        + inv * xhat.abs() * ((n + 2) * ua * gxh_abs + gxh_rounded) / n
+        + inv * xhat_abs * ((n + 2) * ua * gxh_abs + gxh_rounded) / n
     )
     # g rounded to the input dtype may land in its subnormal range: half a spacing there, absolute.
     h_in = _subnormal_half_spacing(x.dtype)
-    atol_x = 4 * _tiny(acc) * (inv * (g.abs() + 1)) + h_in + SAFETY * inv * h_in * (1 + xhat.abs())
+    atol_x = 4 * _tiny(acc) * (inv * (g_abs + 1)) + h_in + SAFETY * inv * h_in * (1 + xhat_abs)
     bound_x = SAFETY * term + atol_x
     rows = x64.reshape(-1, n)
     m = rows.shape[0]
