@@ -170,8 +170,8 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(LAUNCH, "if (rows == 0 || n == 0) return cudaSuccess;", "if (n == 0) return cudaSuccess;"))),
     # ---- the fast paths (register-resident rows, clusters, grad_weight partials) ---------------
     Mutant("fast_path_by_rows", "cuda", "small batches sent down another path (a row's bits depend on the batch)",
-           (Edit(LAUNCH, "    if (p.ok()) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged(",
-                 "    if (p.ok() && rows >= 64) {\n      char* ws = static_cast<char*>(workspace);\n      x = staged("),),
+           (Edit(LAUNCH, "    if (p.ok()) {\n      float* sums = static_cast<float*>(workspace);\n",
+                 "    if (p.ok() && rows >= 64) {\n      float* sums = static_cast<float*>(workspace);\n"),),
            echoes="vllm-project/vllm#48271"),
     Mutant("fast_eps_dropped", "cuda", "eps left out of the statistics (fast path)",
            (Edit(ROWS, "dev::rsqrt_acc(ss / static_cast<float>(n) + eps);", "dev::rsqrt_acc(ss / static_cast<float>(n));",

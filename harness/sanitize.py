@@ -25,8 +25,10 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
-# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16; backward: register rows, clusters
-# of 8 and 16, the staged path in a cluster of 2; the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows.
+# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16, the split path; backward: register
+# rows, a cluster of 8, the staged path in a cluster of 2, the split path; the fallback both ways;
+# misaligned and padded rows copied to aligned workspace; zero rows. Indices are kept (the mutants'
+# sanitize_paths name them): new cases go at the end.
 PATHS = (
     ("float32", "float32", 3, "7e", "contiguous"),  # not whole vectors: the fallback, forward and backward
     ("float64", "float32", 2, "1000e", "transposed"),  # float64: the fallback; a transposed x copied
@@ -34,15 +36,19 @@ PATHS = (
     ("float16", "float32", 64, 64, "row_step"),  # a warp a row, 2 vectors a thread; many rows a unit
     ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
     ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
-    ("bfloat16", "bfloat16", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: staged, a cluster of 2
-    ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged forward, a cluster of 4; backward: 8
-    ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: a cluster of 16
-    ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: 1024-thread CTAs
+    ("float32", "float32", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: staged, a cluster of 2
+    ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged forward, a cluster of 4; backward: split
+    ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: split
+    ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: split
     ("bfloat16", "bfloat16", 0, 4096, "contiguous"),  # zero rows on a fast path: nothing launched
     ("float64", "float64", 0, "33e", "contiguous"),  # zero rows on the fallback: grad_weight still zeroed
     # Backward: 264 persistent units of 8 rows of two warps each, so some units take a second pass
     # (their reduction slots double-buffered by parity).
     ("float32", "float32", 2200, 128, "contiguous"),
+    ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
+    ("float32", "float32", 1, 65536, "contiguous"),  # split forward (and backward)
+    # Split backward: two units of 32 and 8 rows; the last strip has one column of 256 (2049 vectors).
+    ("bfloat16", "float32", 40, 2049, "contiguous"),
 )
 
 

@@ -1,7 +1,7 @@
 // The launchers of rmsnorm_cuda.h: the one place a CUDA path is chosen. A fast path runs when
 // the dtype has one (not float64), the row is a whole number of 16-byte vectors and
 // rmsnorm_plan.h has a plan for the length (a cluster when one CTA's registers cannot hold the
-// row); everything else runs the fallback. The choice depends on N and the dtypes only, never on
+// row; the split backward for long rows); everything else runs the fallback. The choice depends on N and the dtypes only, never on
 // the number of rows or the alignment: the fast kernels load whole 16-byte vectors, so rows (and
 // a weight) of a fast-path length that do not all start on 16-byte boundaries are first copied
 // into the workspace. A row therefore takes the same path, and its sums the same order, alone
@@ -49,7 +49,7 @@ plan::Plan backward_plan_for(int64_t n) {
     return plan::Plan{};
   } else {
     const int64_t n_vec = vectors_in<T>(n);
-    return n_vec == 0 ? plan::Plan{} : plan::backward_plan(n_vec);
+    return n_vec == 0 ? plan::Plan{} : plan::backward_plan(n_vec, static_cast<int>(sizeof(T)));
   }
 }
 
@@ -73,11 +73,18 @@ const T* staged(const T* p, int64_t& row_stride, int64_t rows, int64_t n, char*&
   return copy;
 }
 
-// Bytes of grad_weight partial sums the fast backward writes.
+// Bytes of a split plan's slice sums (a float a slice of each row; 16-byte multiples), else none.
+template <typename T>
+size_t split_sum_bytes(const plan::Plan& p, int64_t rows, int64_t n) {
+  if (!p.split) return 0;
+  return round16(static_cast<size_t>(rows) * static_cast<size_t>(plan::split_slices(vectors_in<T>(n))) * sizeof(float));
+}
+
+// Bytes of grad_weight partial sums the fast backward writes (16-byte multiples).
 template <typename T>
 size_t fast_partial_bytes(const plan::Plan& p, int64_t rows, int64_t n) {
   if (!p.ok() || rows == 0) return 0;
-  return static_cast<size_t>(plan::backward_units(p, rows)) * static_cast<size_t>(n) * sizeof(float);
+  return round16(static_cast<size_t>(plan::backward_units(p, rows)) * static_cast<size_t>(n) * sizeof(float));
 }
 
 }  // namespace
@@ -85,8 +92,9 @@ size_t fast_partial_bytes(const plan::Plan& p, int64_t rows, int64_t n) {
 template <typename T, typename W>
 size_t rmsnorm_fwd_workspace_bytes(const T* x, int64_t x_row_stride, const W* weight, int64_t rows,
                                    int64_t n) {
-  if (rows == 0 || !forward_plan_for<T>(n).ok()) return 0;
-  return staging_bytes(x, x_row_stride, rows, n) + staging_bytes(weight, n, 1, n);
+  const plan::Plan p = forward_plan_for<T>(n);
+  if (rows == 0 || !p.ok()) return 0;
+  return split_sum_bytes<T>(p, rows, n) + staging_bytes(x, x_row_stride, rows, n) + staging_bytes(weight, n, 1, n);
 }
 
 template <typename T, typename W>
@@ -97,10 +105,12 @@ cudaError_t launch_rmsnorm_fwd(const T* x, int64_t x_row_stride, const W* weight
   const plan::Plan p = forward_plan_for<T>(n);
   if constexpr (has_fast_path<T>()) {
     if (p.ok()) {
-      char* ws = static_cast<char*>(workspace);
+      float* sums = static_cast<float*>(workspace);
+      char* ws = static_cast<char*>(workspace) + split_sum_bytes<T>(p, rows, n);
       x = staged(x, x_row_stride, rows, n, ws, stream);
       int64_t w_stride = n;
       weight = staged(weight, w_stride, 1, n, ws, stream);
+      if (p.split) return paths::split_forward<T, W>(x, x_row_stride, weight, y, inv_rms, sums, rows, n, eps, stream);
       if (p.cluster == 1) {
         return paths::fast_forward<T, W, false>(p, x, x_row_stride, weight, y, inv_rms, rows, n, eps, stream);
       }
@@ -116,7 +126,7 @@ size_t rmsnorm_bwd_workspace_bytes(const T* dy, int64_t dy_row_stride, const T* 
                                    const W* weight, int64_t rows, int64_t n) {
   const plan::Plan p = rows == 0 ? plan::Plan{} : backward_plan_for<T>(n);
   if (!p.ok()) return paths::fallback_workspace_bytes<T>(rows, n);
-  return round16(fast_partial_bytes<T>(p, rows, n)) + staging_bytes(dy, dy_row_stride, rows, n) +
+  return fast_partial_bytes<T>(p, rows, n) + split_sum_bytes<T>(p, rows, n) + staging_bytes(dy, dy_row_stride, rows, n) +
          staging_bytes(x, x_row_stride, rows, n) + staging_bytes(weight, n, 1, n);
 }
 
@@ -129,11 +139,20 @@ cudaError_t launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, i
   if constexpr (has_fast_path<T>()) {
     if (p.ok()) {
       float* partial = static_cast<float*>(workspace);
-      char* ws = static_cast<char*>(workspace) + round16(fast_partial_bytes<T>(p, rows, n));
+      float* sums = reinterpret_cast<float*>(static_cast<char*>(workspace) + fast_partial_bytes<T>(p, rows, n));
+      char* ws = reinterpret_cast<char*>(sums) + split_sum_bytes<T>(p, rows, n);
       dy = staged(dy, dy_row_stride, rows, n, ws, stream);
       x = staged(x, x_row_stride, rows, n, ws, stream);
       int64_t w_stride = n;
       weight = staged(weight, w_stride, 1, n, ws, stream);
+      if (p.split) {
+        const cudaError_t err =
+            paths::split_backward<T, W>(dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, sums, rows, n,
+                                        stream);
+        if (err != cudaSuccess) return err;
+        paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
+        return cudaSuccess;
+      }
       const cudaError_t err =
           p.cluster == 1 ? paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight,
                                                              inv_rms, dx, partial, rows, n, stream)

@@ -1,6 +1,8 @@
 // The CUDA paths behind the launchers of rmsnorm_cuda.h, one translation unit each:
 //   rmsnorm_rows.cu      a row held in registers by a group of threads of one CTA
 //   rmsnorm_cluster.cu   a row held in registers by the CTAs of a thread-block cluster
+//   rmsnorm_split.cu     long rows split: a kernel of slice sums, then one that scales slices
+//                        (forward) or walks column strips down the rows (backward)
 //   rmsnorm_dw.cu        grad_weight from the backward's per-unit partial sums
 //   rmsnorm_fallback.cu  one CTA per row, any length, layout and dtype (float64 included); the
 //                        copy that stages misaligned rows for the fast paths
@@ -29,6 +31,16 @@ template <typename T, typename W, bool kCluster>
 cudaError_t fast_backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, const T* x,
                           int64_t x_row_stride, const W* weight, const float* inv_rms, T* dx,
                           float* partial, int64_t rows, int64_t n, cudaStream_t stream);
+// The split paths (p.split), their slice sums in sums[rows, plan::split_slices(n_vec)] on the way:
+// the forward's y and inv_rms; the backward's grad_x and partial[plan::backward_units(p, rows), n].
+// They return the first launch error.
+template <typename T, typename W>
+cudaError_t split_forward(const T* x, int64_t x_row_stride, const W* weight, T* y, float* inv_rms, float* sums,
+                          int64_t rows, int64_t n, float eps, cudaStream_t stream);
+template <typename T, typename W>
+cudaError_t split_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
+                           const W* weight, const float* inv_rms, T* dx, float* partial, float* sums,
+                           int64_t rows, int64_t n, cudaStream_t stream);
 // dw[i] = sum over u < units of partial[u, i], in a fixed order; zeros when units is 0.
 template <typename W>
 void dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream);

@@ -1,8 +1,8 @@
 // How the fast CUDA paths lay a row over threads: every threshold in one place. A plan depends
-// on the row's length in 16-byte vectors (and on the direction) only, never on the number of
-// rows or on the device, so a row's bits are the same alone or in a batch of any size, and
-// grad_weight is the same on any GPU. Torch-free and CUDA-free (the launcher and the tests of
-// the plan read it alike).
+// on the row's length in 16-byte vectors and on the direction only (the backward's split
+// threshold also on the element's width), never on the number of rows or on the device, so a
+// row's bits are the same alone or in a batch of any size, and grad_weight is the same on any
+// GPU. Torch-free and CUDA-free (the launcher and the tests of the plan read it alike).
 //
 //   group    threads that share one row (a power of two); the row's vector j = (rank * vpt + v)
 //            * group + lane, for v < vpt, lane < group and rank < cluster, so each pass of a
@@ -14,6 +14,8 @@
 //            registers would limit the CTAs a multiprocessor holds, and with them the bytes in
 //            flight (forward), or the next row's loads could not start before this row is done
 //            (backward)
+//   split    (backward) no thread holds a row: one kernel sums each slice of a row, a second walks
+//            column strips down the rows (group: the CTA, vpt: a slice's vectors a thread)
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ struct Plan {
   int cta = 0;
   int cluster = 1;
   bool staged = false;
+  bool split = false;
   bool ok() const { return vpt > 0; }
   int64_t capacity() const { return int64_t(group) * vpt * cluster; }  // vectors a row may hold
   // Shared memory a staged forward CTA holds its slab of the row in.
@@ -107,6 +110,38 @@ struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h
 };
 constexpr int kBwdStagedCta = 256;
 constexpr int kBwdStagedVpt = 8;
+// Split (rows of more than kFwdSplitFrom vectors forward; backward, kBwdSplitFrom vectors of 2-byte
+// elements and kBwdSplitFrom4 of 4-byte ones): no row held anywhere, two kernels. The first sums
+// x * x (forward) or grad_out * w * x (backward) over each slice of kSplitCta * kSplitVpt vectors of a
+// row (a CTA a slice, a float a slice). The forward's second scales each slice by the row's
+// inv_rms, formed from its slice sums in slice order; the backward's walks a strip of kSplitCta
+// vector columns down a unit's rows (at least kBwdSplitRows of them), adds each row's slice sums in
+// slice order for its coefficient, writes grad_x and keeps grad_weight's sums of its strip in
+// registers: one partial row a unit. x (and grad_out) are read twice, three passes over a tensor
+// where two are the least forward (a bound of 0.67 of the copy), five where three are backward
+// (0.6), but each pass streams at full occupancy, where a row spread over a cluster has one row in
+// flight a multiprocessor and the fallback reads x and grad_out three times. On the H200 (one run of
+// benchmarks/variants.py, users' path, backward as a fraction of the copy, split against the paths
+// before it): bfloat16 N = 32K / 64K / 128K / 256K 0.46 / 0.44 / 0.39 / 0.29 to 0.50 / 0.49 / 0.47 /
+// 0.44; float32 128K / 256K 0.37 / 0.40 to 0.54 / 0.51, 64K 0.54 to 0.55; but float32 16K (4096
+// vectors, the staged backward) 0.71 to 0.56 and 32K (8192, a cluster of 8) 0.60 to 0.55: hence a
+// threshold a width. The build can override each (0: off).
+#ifndef RMSNORM_FWD_SPLIT_FROM
+#define RMSNORM_FWD_SPLIT_FROM 32768
+#endif
+constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
+#ifndef RMSNORM_BWD_SPLIT_FROM
+#define RMSNORM_BWD_SPLIT_FROM 2048
+#endif
+#ifndef RMSNORM_BWD_SPLIT_FROM4
+#define RMSNORM_BWD_SPLIT_FROM4 8192
+#endif
+constexpr int64_t kBwdSplitFrom = RMSNORM_BWD_SPLIT_FROM;
+constexpr int64_t kBwdSplitFrom4 = RMSNORM_BWD_SPLIT_FROM4;
+constexpr int kSplitCta = 256;
+constexpr int kSplitVpt = 8;
+constexpr int64_t kBwdSplitRows = 32;
+constexpr int64_t kBwdSplitMaxUnits = 512;
 // Clusters: 8 CTAs is the portable limit; 16 needs the non-portable opt-in (Hopper has it).
 constexpr int kMaxPortableCluster = 8;
 constexpr int kMaxCluster = 16;
@@ -191,7 +226,18 @@ constexpr Plan staged_layout(int64_t n_vec) {
   return p;
 }
 
+// A split plan, either direction: any length.
+constexpr Plan split_layout() {
+  Plan p;
+  p.split = true;
+  p.group = kSplitCta;
+  p.vpt = kSplitVpt;
+  p.cta = kSplitCta;
+  return p;
+}
+
 constexpr Plan forward_plan(int64_t n_vec) {
+  if (kFwdSplitFrom > 0 && n_vec > kFwdSplitFrom) return split_layout();
   if (kFwdStagedFrom > 0 && n_vec > kFwdStagedFrom) return staged_layout(n_vec);
   return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
@@ -210,7 +256,14 @@ constexpr Plan backward_staged_layout(int64_t n_vec) {
   return p;
 }
 
-constexpr Plan backward_plan(int64_t n_vec) {
+// Slices of a split row (one float of the first kernel's sums each).
+constexpr int64_t split_slices(int64_t n_vec) { return ceil_div(n_vec, int64_t(kSplitCta) * kSplitVpt); }
+
+// The backward plan of a row of n_vec vectors of element_bytes-byte elements (2 or 4: the split
+// threshold is the only thing that depends on it).
+constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
+  const int64_t split_from = element_bytes >= 4 ? kBwdSplitFrom4 : kBwdSplitFrom;
+  if (split_from > 0 && n_vec > split_from) return split_layout();
   if (kBwdStagedFrom > 0 && n_vec > kBwdStagedFrom && (kBwdStagedTo == 0 || n_vec <= kBwdStagedTo)) {
     const Plan p = backward_staged_layout(n_vec);
     if (p.ok()) return p;
@@ -231,9 +284,17 @@ inline int64_t forward_units(const Plan& p, int64_t rows) {
   return units < cap ? units : cap;
 }
 
+// Consecutive rows of a split backward's unit (the last unit may have fewer): kBwdSplitRows, or
+// more where that would make more than kBwdSplitMaxUnits units.
+inline int64_t split_rows_per_unit(int64_t rows) {
+  const int64_t per = ceil_div(rows, kBwdSplitMaxUnits);
+  return per > kBwdSplitRows ? per : kBwdSplitRows;
+}
+
 // Row units of the persistent backward grid; each writes one float row of grad_weight partial
 // sums, which the final kernel adds in unit order.
 inline int64_t backward_units(const Plan& p, int64_t rows) {
+  if (p.split) return rows > 0 ? ceil_div(rows, split_rows_per_unit(rows)) : 0;
   const int64_t units = ceil_div(rows, p.cta / p.group);
   // A staged unit's shared memory fills a multiprocessor: one CTA on each.
   const int64_t per_sm = p.staged ? 1 : kPersistentThreadsPerSm / p.cta;

@@ -1,5 +1,5 @@
 """Every CUDA path of this project's kernels, swept by row length: each plan regime of
-kernels/rmsnorm_plan.h (rows sharing a warp, a CTA, a cluster; 16-CTA clusters), its edges
+kernels/rmsnorm_plan.h (rows sharing a warp, a CTA, a cluster; 16-CTA clusters; split rows), its edges
 (one vector more or less), the fallback (float64, lengths that are not whole vectors,
 misaligned rows), padded row strides, and many rows per persistent backward unit. Outputs are
 poisoned before each call and judged like the gate judges them. A row's bits must not depend
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 EPS = 1e-5
 # Row lengths in 16-byte vectors, at the edges of the plan's regimes (forward and backward).
-N_VECS = (1, 3, 32, 33, 64, 65, 256, 257, 1000, 1024, 1025, 2048, 4096, 4097, 8192, 8193, 16384, 32768, 32769, 65536)
+N_VECS = (1, 3, 32, 33, 64, 65, 256, 257, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 32768, 32769,
+          65536)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_ELEMENTS = 1 << 22
 
@@ -81,11 +82,19 @@ def test_padded_rows_and_persistent_units(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_persistent_backward_loops_over_many_long_rows(dtype):
     # Persistent units over rows several times their number (132 / cluster): a cluster of 2 (N = 2048
-    # vectors), the staged backward (4096: two CTAs of 192 KB a row, 66 units) and clusters of 8 and 16.
+    # vectors), the staged backward (float32 4096: two CTAs of 192 KB a row, 66 units), a cluster of 8
+    # (float32 8192); split rows elsewhere (units of 32 rows).
     vec = 16 // torch.empty((), dtype=dtype).element_size()
     for n_vec, rows in ((2048, 300), (4096, 200), (8192, 100), (32768, 20)):
         x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
         _judge(x, w, dy, f"{dtype} rows={rows} N={n_vec * vec}")
+
+
+def test_split_backward_units_of_more_than_32_rows():
+    # Past 512 units of 32 rows, a split unit takes more rows: 16,400 rows make 497 units of 33 (the last
+    # of 32), each strip of columns walking its unit's rows in runs of four.
+    x, w, dy = _inputs(16400, 2049 * 8, torch.bfloat16, torch.float32, seed=3)
+    _judge(x, w, dy, "bfloat16 w:float32 rows=16400 N=16392")
 
 
 def test_float64_takes_the_fallback():
@@ -98,7 +107,7 @@ def test_float64_takes_the_fallback():
 def test_a_row_has_the_same_bits_in_any_batch(dtype):
     ops = _ops()
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    for n in (8 * vec, 128 * vec, 1024 * vec, 4097 * vec, 1000):
+    for n in (8 * vec, 128 * vec, 1024 * vec, 4097 * vec, 8193 * vec, 32769 * vec, 1000):
         big = max(2, min(4099, MAX_ELEMENTS // n))
         x, w, dy = _inputs(big, n, dtype, dtype, seed=n)
         y_all, inv_all = ops.forward(x, w, EPS)
@@ -145,7 +154,7 @@ def test_every_row_has_its_bits_alone_at_its_own_address(dtype):
 def test_backward_is_bitwise_deterministic(dtype):
     ops = _ops()
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    for n in (4 * vec, 512 * vec, 4097 * vec):
+    for n in (4 * vec, 512 * vec, 4097 * vec, 8193 * vec):
         x, w, dy = _inputs(max(1, min(3000, MAX_ELEMENTS // n)), n, dtype, dtype, seed=n)
         _, inv = ops.forward(x, w, EPS)
         first = ops.backward(dy, x, w, inv)
@@ -172,7 +181,7 @@ def test_zero_rows_launch_nothing(dtype):
     # for the launch check (the mutant cuda_zero_rows_empty_grid survived the suite on the H200).
     ops = _ops()
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    for n in (8 * vec, 2048 * vec, 7):  # rows in registers, a cluster or the staged path, the fallback
+    for n in (8 * vec, 2048 * vec, 32769 * vec, 7):  # rows in registers, a cluster, split rows, the fallback
         x1, w, dy1 = _inputs(1, n, dtype, dtype)
         assert _launch_calls(lambda: ops.forward(x1, w, EPS)), "the profiler must see a launch (the precondition)"
         x, dy = x1[:0], dy1[:0]

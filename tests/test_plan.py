@@ -14,15 +14,17 @@ PROGRAM = r"""
 #include "rmsnorm_plan.h"
 using namespace rmsnorm::plan;
 static void show(const char* dir, long n_vec, const Plan& p, long rows) {
-  std::printf("%s %ld %d %d %d %d %ld %d\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
-              p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L, int(p.staged));
+  std::printf("%s %ld %d %d %d %d %ld %d %d\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
+              p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L, int(p.staged),
+              int(p.split));
 }
 int main() {
-  long rows_list[3] = {1, 4097, 1L << 22};
-  for (long n_vec = 1; n_vec <= 140000; n_vec += (n_vec < 2100 ? 1 : 97)) {
+  long rows_list[4] = {1, 4097, 20000, 1L << 22};
+  for (long n_vec = 1; n_vec <= 140000; n_vec += (n_vec < 2100 ? 1 : (n_vec < 8300 ? 7 : 97))) {
     for (long rows : rows_list) {
       show("fwd", n_vec, forward_plan(n_vec), rows);
-      show("bwd", n_vec, backward_plan(n_vec), rows);
+      show("bwd2", n_vec, backward_plan(n_vec, 2), rows);  // 2-byte elements
+      show("bwd4", n_vec, backward_plan(n_vec, 4), rows);
     }
   }
 }
@@ -39,20 +41,22 @@ def _run_plan_program(folder, source: str, *args: str) -> str:
     return subprocess.run([str(folder / "plan"), *args], check=True, capture_output=True, text=True).stdout
 
 
-# The plans of rows given as (16-byte vectors, rows): one line each of the forward plan's group,
-# cluster, staged and the backward plan's group, cluster, staged, units over those rows, warps a unit.
+# The plans of rows given as (16-byte vectors, rows, element bytes): one line each of the forward
+# plan's group, cluster, staged, split and the backward plan's group, cluster, staged, split, units over
+# those rows, warps a unit.
 PLAN_OF = (
     '#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-    'int main(int argc, char** argv) {\n  for (int i = 1; i + 1 < argc; i += 2) {\n'
+    'int main(int argc, char** argv) {\n  for (int i = 1; i + 2 < argc; i += 3) {\n'
     '    long v = std::atol(argv[i]), rows = std::atol(argv[i + 1]);\n'
-    '    Plan f = forward_plan(v), b = backward_plan(v);\n'
-    '    std::printf("%d %d %d %d %d %d %ld %d\\n", f.group, f.cluster, int(f.staged), b.group, b.cluster,'
-    ' int(b.staged), long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
-PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "b_group", "b_cluster", "b_staged", "b_units", "b_unit_groups")
+    '    Plan f = forward_plan(v), b = backward_plan(v, std::atoi(argv[i + 2]));\n'
+    '    std::printf("%d %d %d %d %d %d %d %d %ld %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
+    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
+PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "f_split", "b_group", "b_cluster", "b_staged", "b_split", "b_units",
+               "b_unit_groups")
 
 
-def _plans_of(folder, rows_of: list[tuple[int, int]]) -> list[dict]:
-    out = _run_plan_program(folder, PLAN_OF, *(str(a) for pair in rows_of for a in pair))
+def _plans_of(folder, rows_of: list[tuple[int, int, int]]) -> list[dict]:
+    out = _run_plan_program(folder, PLAN_OF, *(str(a) for triple in rows_of for a in triple))
     return [dict(zip(PLAN_FIELDS, map(int, line.split()))) for line in out.splitlines() if line]
 
 
@@ -68,15 +72,17 @@ def plans(tmp_path_factory):
 
 def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
     seen = set()
-    for dir_, n_vec, group, vpt, cta, cluster, units, staged in plans:
-        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (8 if staged else 2)
-        max_vectors = 1024 * 4 * 16 if dir_ == "fwd" else 1024 * 2 * 16
-        if vpt == 0:
-            assert n_vec > max_vectors, f"{dir_} n_vec={n_vec}: no plan, though a 16-CTA cluster could hold it"
-            continue
-        seen.add((dir_, cluster > 1))
-        cap = group * vpt * cluster
+    for dir_, n_vec, group, vpt, cta, cluster, units, staged, split in plans:
         where = f"{dir_} n_vec={n_vec}: group {group}, vpt {vpt}, cta {cta}, cluster {cluster}, staged {staged}"
+        assert vpt > 0, f"{where}: no plan (the split paths take any length)"
+        if split:  # no row held: a CTA of 256 threads a slice (8 vectors a thread), or a strip of columns
+            seen.add((dir_[:3], "split"))
+            assert (group, vpt, cta, cluster, staged) == (256, 8, 256, 1, 0), where
+            assert dir_ == "fwd" or 1 <= units <= 512, where  # the backward's partial rows
+            continue
+        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (8 if staged else 2)
+        seen.add((dir_[:3], cluster > 1))
+        cap = group * vpt * cluster
         assert group & (group - 1) == 0 and 1 <= group <= 1024, where
         assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
         if staged:  # the CTA's slab of the row (two rows of two tensors, and float sums, backward) in shared
@@ -88,23 +94,45 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
         assert cluster == 1 or cta == group, where  # one row per CTA of a cluster
         assert n_vec <= cap < 2 * n_vec, f"{where}: holds {cap} vectors"
         assert units >= 1, where
-        if dir_ == "bwd" and not staged:  # the CTA's row groups hand their grad_weight sums over in shared memory
+        if dir_ != "fwd" and not staged:  # the CTA's row groups hand their grad_weight sums over in shared memory
             assert (cta // group - 1) * vpt * 8 * group * 4 <= 48 * 1024, where
-    assert seen == {("fwd", False), ("fwd", True), ("bwd", False), ("bwd", True)}
+    assert seen == {("fwd", False), ("fwd", True), ("fwd", "split"), ("bwd", False), ("bwd", True), ("bwd", "split")}
+
+
+def test_the_split_paths_take_the_long_rows(plans, tmp_path):
+    # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
+    # the backward past 2,048 vectors of 2-byte elements (bfloat16 N = 32K split, 16K in a cluster of
+    # two) and past 8,192 of 4-byte ones (float32 16K keeps the staged backward, 32K a cluster of 8).
+    first = {}
+    for dir_, n_vec, *_, split in plans:
+        if split:
+            first[dir_] = min(first.get(dir_, n_vec), n_vec)
+        else:
+            assert n_vec < first.get(dir_, n_vec + 1), f"{dir_} n_vec={n_vec}: not split, but a shorter row is"
+    edges = [(v, 1, width) for width in (2, 4) for v in (2048, 2049, 4096, 8192, 8193, 32768, 32769)]
+    for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
+        assert p["f_split"] == (v > 32768), (v, width, p)
+        assert p["b_split"] == (v > (2048 if width == 2 else 8192)), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
-    # A unit count is min(row groups, a constant): the same on every GPU, so is grad_weight's order.
-    for dir_, n_vec, group, vpt, cta, cluster, units, staged in plans:
-        if dir_ == "bwd" and vpt:
+    # A unit count is min(row groups, a constant): the same on every GPU, so is grad_weight's order. A
+    # split unit is a run of 32 rows, or of more where 32 would make more than 512 units: 1, 4,097,
+    # 20,000 and 2^22 rows make 1, 129 (of 32 rows), 500 (of 40) and 512 units (of 8,192).
+    split_units = set()
+    for dir_, n_vec, group, vpt, cta, cluster, units, staged, split in plans:
+        if dir_ != "fwd" and split:
+            split_units.add(units)
+        elif dir_ != "fwd":
             assert units <= max(1, 132 * (1 if staged else 1024 // cta) // cluster), (n_vec, units)
+    assert split_units == {1, 129, 500, 512}, split_units
 
 
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and 8 and 16 backward, the staged forward and backward, aligned copies of misaligned rows,
-    and zero rows."""
+    forward and of 8 backward, the staged forward and backward, the split forward and backward,
+    aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
 
@@ -114,14 +142,16 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     def vec(c):  # elements of a 16-byte vector
         return 16 // DTYPES[c.dtype].itemsize
 
-    fast = [(c.n // vec(c), c.rows) for c in cases if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
+    fast = [(c.n // vec(c), c.rows, DTYPES[c.dtype].itemsize) for c in cases
+            if c.dtype != "float64" and c.n % vec(c) == 0 and c.rows > 0]
     plans = _plans_of(tmp_path, fast)
-    fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans}
-    bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans}
+    fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans if not p["f_split"]}
+    bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans if not p["b_split"]}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
-    assert {cl for g, cl, st in bwd if not st} >= {1, 8, 16} and (1024, 16, 0) in bwd, bwd  # register backward
+    assert {cl for g, cl, st in bwd if not st} >= {1, 8} and (512, 8, 0) in bwd, bwd  # register backward
     assert (256, 2, 1) in bwd, bwd  # the staged backward, a cluster of two
+    assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
     assert {c.layout for c in cases} >= {"offset", "padded", "transposed"}  # staged copies, a contiguous copy
@@ -129,7 +159,7 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
 
 
 def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
-    """A racy mutant is sanitized on its sanitize_paths alone (racecheck on all 12 cases took minutes):
+    """A racy mutant is sanitized on its sanitize_paths alone (racecheck on every case took minutes):
     those cases must reach the code it breaks. The fallback's block reduce runs where a case is not
     whole 16-byte vectors or is float64, with several warps; the fast path's warp slots where a row's
     group spans several warps."""
@@ -156,7 +186,8 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     assert sample(paths=(6, 7)) == [cases[6], cases[7]]
     assert any(fallback(cases[i]) and cases[i].n > 32 * vec(cases[i]) for i in chosen["cuda_reduce_barrier_missing"])
     fast = {i: cases[i].n // vec(cases[i]) for i in range(len(cases)) if not fallback(cases[i]) and cases[i].rows}
-    plan = dict(zip(fast, _plans_of(tmp_path, [(fast[i], cases[i].rows) for i in fast])))
+    plan = dict(zip(fast, _plans_of(tmp_path, [(fast[i], cases[i].rows, DTYPES[cases[i].dtype].itemsize)
+                                               for i in fast])))
     warps = [i for i in chosen["fast_reduce_barrier_missing"] if i in plan
              and max(plan[i]["f_group"], plan[i]["b_group"]) > 32]
     assert warps, {i: plan.get(i) for i in chosen["fast_reduce_barrier_missing"]}
