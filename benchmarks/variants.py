@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     p.add_argument("variants", nargs="+", help="NAME:DEFINES, DEFINES space- or comma-separated (empty: the defaults)")
     p.add_argument("--dtypes", default="bfloat16,float32")
     p.add_argument("--n", default="1024,4096,16384,65536,262144")
+    p.add_argument("--directions", default="forward,backward")
+    p.add_argument("--no-decode", action="store_true", help="leave out the decode shapes")
     p.add_argument("--out", default=str(ROOT / ".build" / "variants"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, RMSNORM_KERNEL_DEFINES=defines)
         d = out / name
         cmd = [sys.executable, "-m", "harness", "bench", "--peers", "", "--dtypes", args.dtypes, "--n", args.n,
-               "--out", str(d)]
+               "--directions", args.directions, "--out", str(d)] + (["--no-decode"] if args.no_decode else [])
         print(f"variants: {name} ({defines or 'defaults'})", file=sys.stderr, flush=True)
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         (out / f"{name}.log").write_text(r.stdout + r.stderr)

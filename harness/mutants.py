@@ -182,8 +182,7 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "        ss = dev::to_acc(dev::from_acc<T>(ss + a * a));\n      }\n    }\n    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);\n    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);\n    if (!active)")),
            echoes="nntrainer/nntrainer#3935"),
     Mutant("fast_weight_index", "cuda", "the weight's first element of each vector used for the whole vector (fast path)",
-           (Edit(ROWS, "inv * static_cast<float>(dev::to_acc(w.v[k])));", "inv * static_cast<float>(dev::to_acc(w.v[0])));",
-                 count=2),)),
+           (Edit(DEV, "inv * static_cast<float>(to_acc(w.v[k])));", "inv * static_cast<float>(to_acc(w.v[0])));"),)),
     Mutant("fast_tail_unpredicated", "cuda", "the loads of a row's last, partly filled pass not predicated (reads the next row)",
            (Edit(ROWS, "      if (active && j < n_vec) {\n        dev::load16(xv[v], xr + j * kVec);",
                  "      if (active) {\n        dev::load16(xv[v], xr + j * kVec);"),)),
@@ -244,13 +243,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "if (j < n_vec) dev::cp_async16(&tile[lane], xr + j * kVec);"),)),
     Mutant("fast_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16 (fast path)",
-           (Edit(ROWS, "        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * "
-                       "dev::to_acc(xv[v].v[k]);",
-                 "        dot = dev::to_acc(dev::from_acc<T>(dot + dev::to_acc(dv[v].v[k]) * "
-                 "static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k])));"),
-            Edit(ROWS, "dot += dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k]);",
-                 "dot = dev::to_acc(dev::from_acc<T>(dot + dev::to_acc(dv.v[k]) * "
-                 "static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k])));"))),
+           (Edit(DEV, "acc += to_acc(d.v[k]) * static_cast<float>(to_acc(w.v[k])) * to_acc(x.v[k]);",
+                 "acc = to_acc(from_acc<T>(acc + to_acc(d.v[k]) * static_cast<float>(to_acc(w.v[k])) * to_acc(x.v[k])));"),)),
     Mutant("cuda_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16",
            (Edit(CU, "dot += to_acc(vd.v[k]) * static_cast<A>(to_acc(weight[j * kVec + k])) * to_acc(vx.v[k]);",

@@ -48,6 +48,32 @@ struct alignas(16) Vec16 {
   T v[kN];
 };
 
+// Elements of T in one 16-byte vector (the fast paths' unit of a row).
+template <typename T>
+__host__ __device__ constexpr int vec_of() {
+  return 16 / sizeof(T);
+}
+
+// y = x * inv * w over one vector, element by element: the forward's output on every fast path (a
+// row's bits must not depend on which path its length takes).
+template <typename T, typename W, int kN>
+__device__ __forceinline__ Vec16<T, kN> scaled16(const Vec16<T, kN>& x, float inv, const Vec16<W, kN>& w) {
+  Vec16<T, kN> out;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) out.v[k] = from_acc<T>(to_acc(x.v[k]) * inv * static_cast<float>(to_acc(w.v[k])));
+  return out;
+}
+
+// acc + the sum of grad_out * w * x over one vector, element by element in order: the backward's row
+// sum on every fast path.
+template <typename T, typename W, int kN>
+__device__ __forceinline__ float add_gwx16(float acc, const Vec16<T, kN>& d, const Vec16<W, kN>& w,
+                                           const Vec16<T, kN>& x) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) acc += to_acc(d.v[k]) * static_cast<float>(to_acc(w.v[k])) * to_acc(x.v[k]);
+  return acc;
+}
+
 template <typename T, int kN>
 __device__ __forceinline__ void load16(Vec16<T, kN>& out, const T* p) {
   const uint4* src = reinterpret_cast<const uint4*>(p);

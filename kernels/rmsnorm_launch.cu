@@ -145,19 +145,13 @@ cudaError_t launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, i
       x = staged(x, x_row_stride, rows, n, ws, stream);
       int64_t w_stride = n;
       weight = staged(weight, w_stride, 1, n, ws, stream);
-      if (p.split) {
-        const cudaError_t err =
-            paths::split_backward<T, W>(dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, sums, rows, n,
-                                        stream);
-        if (err != cudaSuccess) return err;
-        paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
-        return cudaSuccess;
-      }
       const cudaError_t err =
-          p.cluster == 1 ? paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight,
-                                                             inv_rms, dx, partial, rows, n, stream)
-                         : paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight,
-                                                            inv_rms, dx, partial, rows, n, stream);
+          p.split ? paths::split_backward<T, W>(dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, sums,
+                                                rows, n, stream)
+          : p.cluster == 1 ? paths::fast_backward<T, W, false>(p, dy, dy_row_stride, x, x_row_stride, weight,
+                                                               inv_rms, dx, partial, rows, n, stream)
+                           : paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight,
+                                                              inv_rms, dx, partial, rows, n, stream);
       if (err != cudaSuccess) return err;
       paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
       return cudaSuccess;

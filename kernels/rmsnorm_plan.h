@@ -62,7 +62,26 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 constexpr int64_t kFwdStagedFrom = RMSNORM_FWD_STAGED_FROM;
 constexpr int kFwdStagedCta = RMSNORM_FWD_STAGED_CTA;
 constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
-constexpr int kFwdStagedCtasPerSm = 6;  // what its shared memory allows: registers must not allow fewer
+// The staged forward's weight: held in registers from the kernel's start, each CTA loading its
+// columns once (their latency off every row's path), for elements of at least
+// RMSNORM_FWD_STAGED_HOLD_W bytes (0: none). That is 32 more registers a thread, so 3 CTAs a
+// multiprocessor, not 6. On the H200 (one run of benchmarks/variants.py, users' path, forward as a
+// fraction of the copy, the weight held and 3 CTAs against the defaults before): float32 N = 65536
+// 0.83 -> 0.87; bfloat16 N = 65536 / 262144 0.77 / 0.71 -> 0.68 / 0.56 (its float weight is 64
+// registers); the lengths other paths take unchanged. Making the staged CTAs persistent as well (3 or
+// 6 a multiprocessor, rows grid-strided) lost everywhere (float32 65536 0.66-0.68, bfloat16 65536 0.55-0.65).
+#ifndef RMSNORM_FWD_STAGED_HOLD_W
+#define RMSNORM_FWD_STAGED_HOLD_W 4
+#endif
+template <int kElementBytes>
+struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
+  static constexpr bool value = RMSNORM_FWD_STAGED_HOLD_W > 0 && kElementBytes >= RMSNORM_FWD_STAGED_HOLD_W;
+};
+// CTAs a multiprocessor that the staged forward's registers must allow (its shared memory allows 6).
+template <int kElementBytes>
+struct FwdStagedCtasPerSm {
+  static constexpr int value = FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
+};
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
 constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows

@@ -18,10 +18,7 @@
 namespace rmsnorm {
 namespace rows {
 
-template <typename T>
-__host__ __device__ constexpr int vec_of() {
-  return 16 / sizeof(T);
-}
+using dev::vec_of;
 
 // y = x * inv_rms * w. Row unit u (a CTA, or a cluster) handles rows u * R + group_index for
 // R = blockDim.x / group, then strides by the number of units.
@@ -101,12 +98,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
         } else {
           dev::load16(w, weight + j * kVec);
         }
-        V out;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          out.v[k] = dev::from_acc<T>(dev::to_acc(xv[v].v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
-        }
-        dev::store16(yr + j * kVec, out);
+        dev::store16(yr + j * kVec, dev::scaled16(xv[v], inv, w));
       }
     }
   }
@@ -116,10 +108,12 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 // CTA: each thread copies its vectors j = (rank * kVpt + v) * blockDim.x + t into shared memory with
 // cp.async (nothing held in registers meanwhile, so shared memory bounds the bytes in flight: several
 // CTAs a multiprocessor), waits for its own copies, reads them back to add the squares (v, then the
-// vector's elements, in order), and again to write y. A thread reads only what it copied: no barrier
-// guards the tile. The row's sum comes from dev::group_sum over the CTA (and the cluster).
+// vector's elements, in order), and again to write y (the weight of its columns loaded with each
+// row's y, or, for 4-byte elements, once before the first row: plan::FwdStagedHoldW). A thread reads
+// only what it copied: no barrier guards the tile. The row's sum comes from dev::group_sum over the
+// CTA (and the cluster).
 template <typename T, typename W, int kVpt, bool kCluster>
-__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm)
+__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T)>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
                       int64_t x_row_stride,
                       const W* __restrict__ weight,  // [n]
@@ -145,8 +139,18 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm
   const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
+  // (not at twice the vectors a thread, only past a 16-CTA cluster: 32 more registers would spill)
+  constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && kVpt <= plan::kFwdStagedVpt;
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
+  VW wv[kHoldW ? kVpt : 1];  // the weight of this thread's columns, when held
+  if constexpr (kHoldW) {
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) dev::load16(wv[v], weight + j * kVec);
+    }
+  }
   int parity = 0;
   for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
     const T* xr = x + row * x_row_stride;
@@ -178,13 +182,12 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::kFwdStagedCtasPerSm
       if (j < n_vec) {
         const V xv = *reinterpret_cast<const V*>(&tile[v * group + lane]);
         VW w;
-        dev::load16(w, weight + j * kVec);
-        V out;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          out.v[k] = dev::from_acc<T>(dev::to_acc(xv.v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
+        if constexpr (kHoldW) {
+          w = wv[v];
+        } else {
+          dev::load16(w, weight + j * kVec);
         }
-        dev::store16(yr + j * kVec, out);
+        dev::store16(yr + j * kVec, dev::scaled16(xv, inv, w));
       }
     }
   }
@@ -285,12 +288,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     const float inv = active ? inv_rms[row] : 0.f;
     float dot = 0.f;
 #pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        dot += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv[v].v[k])) * dev::to_acc(xv[v].v[k]);
-      }
-    }
+    for (int v = 0; v < kVpt; ++v) dot = dev::add_gwx16(dot, dv[v], wv[v], xv[v]);
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
 #pragma unroll
@@ -438,10 +436,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
         const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
         VW wv;
         dev::load16(wv, weight + j * kVec);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          dot += dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv.v[k]);
-        }
+        dot = dev::add_gwx16(dot, dv, wv, xv);
       }
     }
     dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);

@@ -22,10 +22,7 @@ constexpr int kSliceVpt = plan::kSplitVpt;
 constexpr int kRowsInFlight = 4;  // rows of a strip whose loads are issued before the first is used
 constexpr int64_t kMaxCtas = int64_t(1) << 20;  // both grids stride over their tiles beyond this
 
-template <typename T>
-__host__ __device__ constexpr int vec_of() {
-  return 16 / sizeof(T);
-}
+using dev::vec_of;
 
 // sums[row * slices + s] = the sum over slice s of the row of x * x (kForward) or of
 // grad_out * w * x: thread t's vectors s * kCta * kSliceVpt + v * kCta + t for v < kSliceVpt, each in
@@ -76,10 +73,7 @@ __global__ void __launch_bounds__(kCta)
         } else {
           dev::zero16(wv);
         }
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          sum += dev::to_acc(dv[v].v[k]) * static_cast<float>(dev::to_acc(wv.v[k])) * dev::to_acc(xv[v].v[k]);
-        }
+        sum = dev::add_gwx16(sum, dv[v], wv, xv[v]);
       }
     }
 #pragma unroll
@@ -139,12 +133,7 @@ __global__ void __launch_bounds__(kCta)
       if (j < n_vec) {
         VW w;
         dev::load16(w, weight + j * kVec);
-        V out;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          out.v[k] = dev::from_acc<T>(dev::to_acc(xv[v].v[k]) * inv * static_cast<float>(dev::to_acc(w.v[k])));
-        }
-        dev::store16(y + row * n + j * kVec, out);
+        dev::store16(y + row * n + j * kVec, dev::scaled16(xv[v], inv, w));
       }
     }
     __syncthreads();  // row_inv is written again by the next tile
@@ -166,14 +155,14 @@ __global__ void __launch_bounds__(kCta)
                     const float* __restrict__ sums,     // [rows, slices]
                     T* __restrict__ dx,                 // [rows, n]
                     float* __restrict__ partial,        // [units, n]
-                    int64_t rows, int64_t n, int64_t slices, int64_t rows_per_unit, int64_t strips) {
+                    int64_t rows, int64_t n, int64_t slices, int64_t rows_per_unit, int64_t units,
+                    int64_t strips) {
   constexpr int kVec = vec_of<T>();
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   __shared__ float coef[kCta];  // c and inv of up to kCta rows of the unit at a time
   __shared__ float invs[kCta];
   const int64_t n_vec = n / kVec;
-  const int64_t units = (rows + rows_per_unit - 1) / rows_per_unit;
   for (int64_t tile = blockIdx.x; tile < units * strips; tile += gridDim.x) {
     const int64_t unit = tile / strips;
     const int64_t j = (tile - unit * strips) * kCta + threadIdx.x;
@@ -273,10 +262,11 @@ cudaError_t split_backward(const T* dy, int64_t dy_row_stride, const T* x, int64
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int64_t rows_per_unit = plan::split_rows_per_unit(rows);
-  const int64_t units = (rows + rows_per_unit - 1) / rows_per_unit;
+  const int64_t units = plan::backward_units(plan::split_layout(), rows);
   const int64_t strips = (n_vec + kCta - 1) / kCta;
   split_dx_kernel<T, W><<<grid_for(units * strips), kCta, 0, stream>>>(
-      dy, dy_row_stride, x, x_row_stride, weight, inv_rms, sums, dx, partial, rows, n, slices, rows_per_unit, strips);
+      dy, dy_row_stride, x, x_row_stride, weight, inv_rms, sums, dx, partial, rows, n, slices, rows_per_unit, units,
+      strips);
   return cudaGetLastError();
 }
 
