@@ -17,9 +17,7 @@ import torch  # noqa: E402,F401
 
 import harness.laws  # noqa: E402,F401
 
-import gc  # noqa: E402
+from harness.heap import freeze_imported_objects  # noqa: E402
 
-# What the imports made lives as long as every worker forked from here: frozen out of the garbage
-# collector's walks, a worker of a CPU gate spent 1.0 s in collections instead of 1.35 s.
-gc.collect()
-gc.freeze()
+# What the imports made lives as long as every worker forked from here.
+freeze_imported_objects()

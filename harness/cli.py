@@ -143,15 +143,15 @@ EXIT_CODES = ("exit codes: 0 passed; 1 the target failed (a law broke, or too fe
               "what was checked is printed either way")
 
 
-def _freeze_imported_objects() -> None:
-    """What torch and the harness created on import is never garbage: moved out of the collector's
-    sight (gc.freeze), the full collections (the collector's own as drawing allocates, pytest's five
-    at its end) no longer walk those objects again: a CPU gate's own process took 6.3 s of CPU
-    instead of 7.1-7.8 s."""
-    import gc
+def _fork_server_for_cpu() -> None:
+    """On the CPU, the run's workers fork from a server forked from this process, which has torch
+    imported already (harness.worker.start_fork_server_here), before anything else runs here."""
+    from .target import default_device
 
-    gc.collect()
-    gc.freeze()
+    if default_device() == "cpu":
+        from .worker import start_fork_server_here
+
+        start_fork_server_here()
 
 
 class SetupError(Exception):
@@ -241,6 +241,7 @@ def cmd_gate(args) -> int:
 
     interrupts.install()
     _apply_env(args)
+    _fork_server_for_cpu()
     t_setup = time.perf_counter()
     try:
         preflight("the gate")
@@ -281,7 +282,9 @@ def cmd_gate(args) -> int:
         pytest_args.remove("-q")  # -v asks for the tracebacks the quiet reports leave out
     pytest_args += args.pytest_args
     t0 = time.perf_counter()
-    _freeze_imported_objects()
+    from .heap import freeze_imported_objects
+
+    freeze_imported_objects()
     code = pytest.main(pytest_args)
     from . import session
 
@@ -369,6 +372,7 @@ def cmd_fuzz(args) -> int:
         db = args.database
         os.environ[DB_ENV] = db if db.startswith("redis://") else str(Path(db).resolve())
     laws = args.laws.split(",") if args.laws else None
+    _fork_server_for_cpu()
     if args.worker_status:  # one worker of a campaign: its parent did the set-up checks
         return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk, status=Path(args.worker_status),
                     offset=args.worker_offset)

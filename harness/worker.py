@@ -51,6 +51,80 @@ def start_method() -> str:
     return v if v in mp.get_all_start_methods() else "spawn"
 
 
+# "0": a CPU run's fork server is a fresh interpreter, as a CUDA run's is (start_fork_server_here).
+FORK_HERE_ENV = "RMSNORM_FORK_SERVER_HERE"
+# The Pythons whose fork server start_fork_server_here knows (3.14 adds an authentication key to it).
+_FORK_HERE_PYTHONS = ((3, 10), (3, 11), (3, 12), (3, 13))
+
+
+def start_fork_server_here() -> bool:
+    """Start multiprocessing's fork server as a fork of this process, which has imported torch and
+    the laws, instead of a fresh interpreter that imports them again (about 2 s of CPU for each gate
+    or fuzz session, and their wait for the first worker). For runs on the CPU only, called by the
+    command line before anything has run here: no thread but this one, no CUDA touched (a fork after
+    either is unsafe), nothing computed (a fork after torch's OpenMP threads started is too). The server
+    then does what harness._forkserver does in a fresh one: ignores Ctrl-C, keeps freed memory and
+    freezes what the imports made. Returns whether it started one; where it did not (another start
+    method, FORK_HERE_ENV=0, a thread running, a Python whose fork server this does not know, a server
+    already running), the first worker starts the usual server."""
+    import sys
+    import threading
+
+    if start_method() != "forkserver" or os.environ.get(FORK_HERE_ENV, "1") == "0":
+        return False
+    if sys.version_info[:2] not in _FORK_HERE_PYTHONS or threading.active_count() > 1:
+        return False
+    import socket
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or not all(hasattr(server, a) for a in ("_lock", "_forkserver_pid", "_forkserver_address",
+                                                                "_forkserver_alive_fd")):
+        return False
+    import torch  # noqa: F401  (what every worker needs, imported once here)
+
+    import harness.laws  # noqa: F401
+
+    with server._lock:
+        if server._forkserver_pid is not None:
+            return False
+        resource_tracker.ensure_running()
+        with socket.socket(socket.AF_UNIX) as listener:
+            address = connection.arbitrary_address("AF_UNIX")
+            listener.bind(address)
+            if not util.is_abstract_socket_namespace(address):
+                os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()  # every client holds the write end: the server ends when all have
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            pid = os.fork()
+            if pid == 0:  # the server: it never returns into the run's code
+                code = 0
+                try:
+                    os.close(alive_w)
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                    from .heap import keep_freed_memory, freeze_imported_objects
+
+                    keep_freed_memory()
+                    freeze_imported_objects()
+                    forkserver.main(listener.fileno(), alive_r, [])
+                except SystemExit:  # the clients are gone (its normal end)
+                    pass
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    os._exit(code)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            os.close(alive_r)
+            server._forkserver_address = address
+            server._forkserver_alive_fd = alive_w
+            server._forkserver_pid = pid
+    return True
+
+
 def context():
     """The multiprocessing context workers start in (start_method()); the fork server, when it is
     one, preloads torch and the laws."""

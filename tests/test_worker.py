@@ -201,3 +201,54 @@ def test_processes_side_by_side_share_the_cores(monkeypatch):
         assert v.status == "pass", v
     finally:
         r.stop()
+
+
+_SERVER_PROBE = '''
+import os
+import sys
+import threading
+
+from harness import worker
+
+
+def server_cmdline(q):
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:  # a forked worker's parent: the fork server
+        q.put(f.read())
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "thread":
+        threading.Thread(target=threading.Event().wait, args=(30,), daemon=True).start()
+    here = worker.start_fork_server_here()
+    ctx = worker.context()
+    q = ctx.SimpleQueue()
+    p = ctx.Process(target=server_cmdline, args=(q,))
+    p.start()
+    server = q.get()
+    p.join()
+    with open("/proc/self/cmdline", "rb") as f:
+        mine = f.read()
+    print(f"here={here} server_is_this_run={server == mine} fresh_server={b'multiprocessing.forkserver' in server}")
+'''
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/cmdline"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how,expected", [
+    ("plain", "here=True server_is_this_run=True fresh_server=False"),
+    ("thread", "here=False server_is_this_run=False fresh_server=True"),  # a fork beside a thread is unsafe
+    ("disabled", "here=False server_is_this_run=False fresh_server=True"),
+])
+def test_a_cpu_run_forks_its_fork_server_from_itself(tmp_path, how, expected):
+    """A gate or fuzz session on the CPU starts its workers' fork server as a fork of itself, torch
+    imported once (harness.worker.start_fork_server_here): its workers are forked from a process
+    whose command line is the run's own. Beside a running thread, or with RMSNORM_FORK_SERVER_HERE=0,
+    the usual server starts: a fresh interpreter."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(_SERVER_PROBE)
+    from tests._run import ROOT
+
+    env = {"PYTHONPATH": str(ROOT)}  # a script's folder is its first import path: the clone's harness
+    if how == "disabled":
+        env["RMSNORM_FORK_SERVER_HERE"] = "0"
+    code, out = run([str(probe), how], env=env, timeout=300)
+    assert code == 0 and expected in out, out
