@@ -20,23 +20,23 @@ pytest_plugins = [] if plugin_installed() else ["harness.pytest_plugin"]
 # Under pytest-xdist (the README's test line: -n 2 --dist loadfile) a worker takes a whole file at a
 # time, in the order collected. pytest-xdist's own order (most tests first) left the install test's
 # 205 s to run last, alone, while the other worker had nothing left (68 s of one core idle on the
-# 2-core CI machine). The longest files first instead, by their walls in one run of the test line
-# there (seconds, at 548891c); the rest after them in their own order.
-LONGEST_FIRST = ("tests/test_install.py",  # 205
-                 "tests/test_report.py",  # 278, 75 of it waiting for the other worker
-                 "tests/test_peers.py",  # 241
-                 "tests/test_compiled_targets.py",  # 224
-                 "tests/test_verdict.py",  # 214
-                 "tests/test_mutants.py",  # 159
-                 "tests/test_fuzz.py",  # 141
-                 "tests/test_sheet.py",  # 121
-                 "tests/test_interrupt.py",  # 101
-                 "tests/test_cmake.py",  # 82
-                 "tests/test_worker.py",  # 80
-                 "tests/test_ops.py",  # 79, most of it waiting
-                 "tests/test_readme.py",  # 57
-                 "tests/test_kernel_resources.py",  # 38
-                 "tests/test_card_naive.py")  # 35
+# 2-core CI machine). The longest files first instead, by their test durations summed in one run of
+# the test line there (seconds, at a47e4ee, a fresh clone); the rest after them in their own order.
+LONGEST_FIRST = ("tests/test_fuzz.py",  # 229
+                 "tests/test_report.py",  # 227
+                 "tests/test_peers.py",  # 209
+                 "tests/test_install.py",  # 199
+                 "tests/test_cmake.py",  # 196
+                 "tests/test_mutants.py",  # 174
+                 "tests/test_sheet.py",  # 170
+                 "tests/test_interrupt.py",  # 144
+                 "tests/test_verdict.py",  # 129
+                 "tests/test_compiled_targets.py",  # 117
+                 "tests/test_worker.py",  # 90
+                 "tests/test_readme.py",  # 73
+                 "tests/test_card_naive.py",  # 61
+                 "tests/test_kernel_resources.py",  # 27
+                 "tests/test_heap.py")  # 24
 # The tests held alone (marked exclusive) after everything else: by then the other worker has only
 # short files left, so they wait seconds for it, not minutes.
 LAST = ("tests/test_timing.py",)

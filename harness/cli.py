@@ -143,17 +143,6 @@ EXIT_CODES = ("exit codes: 0 passed; 1 the target failed (a law broke, or too fe
               "what was checked is printed either way")
 
 
-def _fork_server_for_cpu() -> None:
-    """On the CPU, the run's workers fork from a server forked from this process, which has torch
-    imported already (harness.worker.start_fork_server_here), before anything else runs here."""
-    from .target import default_device
-
-    if default_device() == "cpu":
-        from .worker import start_fork_server_here
-
-        start_fork_server_here()
-
-
 class SetupError(Exception):
     """The run cannot judge the target here: one line saying why, before any test runs."""
 
@@ -238,10 +227,11 @@ def cmd_gate(args) -> int:
     import pytest
 
     from . import interrupts
+    from .worker import start_cpu_fork_server
 
     interrupts.install()
     _apply_env(args)
-    _fork_server_for_cpu()
+    start_cpu_fork_server()
     t_setup = time.perf_counter()
     try:
         preflight("the gate")
@@ -362,6 +352,7 @@ def cmd_replay(args) -> int:
 def cmd_fuzz(args) -> int:
     from . import interrupts
     from .fuzz import campaign, default_workers, fuzz
+    from .worker import start_cpu_fork_server
 
     interrupts.install()
     _apply_env(args)
@@ -372,7 +363,7 @@ def cmd_fuzz(args) -> int:
         db = args.database
         os.environ[DB_ENV] = db if db.startswith("redis://") else str(Path(db).resolve())
     laws = args.laws.split(",") if args.laws else None
-    _fork_server_for_cpu()
+    start_cpu_fork_server()
     if args.worker_status:  # one worker of a campaign: its parent did the set-up checks
         return fuzz(minutes=args.minutes, laws=laws, chunk=args.chunk, status=Path(args.worker_status),
                     offset=args.worker_offset)

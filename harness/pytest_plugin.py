@@ -92,6 +92,12 @@ def pytest_configure(config):
         # The xdist workers write their tallies here; removed when the run ends (pytest_unconfigure).
         config._rmsnorm_tally_dir = tempfile.mkdtemp(prefix="rmsnorm-tally-")
         os.environ["RMSNORM_TALLY_DIR"] = config._rmsnorm_tally_dir
+    if config._rmsnorm_active and not _is_xdist_worker(config) and getattr(config.option, "dist", "no") == "no":
+        from .worker import start_cpu_fork_server
+
+        # On the CPU, the workers' fork server forked from this process, which runs the laws itself
+        # (an xdist controller does not: its workers have threads, and start their own).
+        start_cpu_fork_server()
 
 
 # What the laws' tests recorded in this run, in the process that reports it (the xdist controller

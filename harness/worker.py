@@ -125,6 +125,15 @@ def start_fork_server_here() -> bool:
     return True
 
 
+def start_cpu_fork_server() -> bool:
+    """Where the run's workers run on the CPU (harness.target.default_device), their fork server is a
+    fork of this process (start_fork_server_here): the gate's and fuzz's command line and the pytest
+    plugin call it before anything else runs."""
+    from .target import default_device
+
+    return default_device() == "cpu" and start_fork_server_here()
+
+
 def context():
     """The multiprocessing context workers start in (start_method()); the fork server, when it is
     one, preloads torch and the laws."""
