@@ -238,6 +238,12 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_staged_copy_not_awaited", "cuda", "a staged row read from shared memory before its async copies land",
            (Edit(ROWS, "    dev::cp_async_wait_all();\n", ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 8)),  # staged forwards, clusters of 4 and 8
+    # The staged backward's rows take turns in shared-memory stages; reading one before its copies have
+    # landed reads the row a stage held before, or bytes still arriving: a matter of timing, as above.
+    Mutant("fast_staged_bwd_copy_not_awaited", "cuda", "the staged backward reads a row from shared memory before "
+           "its async copies land",
+           (Edit(ROWS, "    dev::cp_async_wait_pending<kStages - 1>();\n", "    dev::cp_async_wait_pending<kStages>();\n"),),
+           sanitizer="racecheck", by_suite=False, sanitize_paths=(6, 16)),  # staged backwards, 4- and 2-byte
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread staged into the same shared-memory slot",
            (Edit(ROWS, "if (j < n_vec) dev::cp_async16(&tile[v * group + lane], xr + j * kVec);",
                  "if (j < n_vec) dev::cp_async16(&tile[lane], xr + j * kVec);"),)),

@@ -26,7 +26,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
 # of 1 to 512 threads, the staged path in clusters of 4, 8 and 16, the split path; backward: register
-# rows, a cluster of 8, the staged path in a cluster of 2, the split path; the fallback both ways;
+# rows, a cluster of 8, the staged path in a cluster of 2 (4-byte and 2-byte elements), the split path; the fallback both ways;
 # misaligned and padded rows copied to aligned workspace; zero rows. Indices are kept (the mutants'
 # sanitize_paths name them): new cases go at the end.
 PATHS = (
@@ -47,8 +47,11 @@ PATHS = (
     ("float32", "float32", 2200, 128, "contiguous"),
     ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
     ("float32", "float32", 1, 65536, "contiguous"),  # split forward (and backward)
-    # Split backward: two units of 32 and 8 rows; the last strip has one column of 256 (2049 vectors).
-    ("bfloat16", "float32", 40, 2049, "contiguous"),
+    # Split backward: two units of 32 and 8 rows; the last strip has one column of 256 (4097 vectors).
+    ("bfloat16", "float32", 40, 4097, "contiguous"),
+    # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 2
+    # whose second CTA holds one vector; 66 units of 2 or 3 rows, so the stages take turns.
+    ("bfloat16", "float32", 140, 2049, "contiguous"),
 )
 
 

@@ -88,25 +88,34 @@ constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight
 constexpr int kBwdMaxGroup = 512;
 constexpr int kBwdMaxVpt = 2;
 constexpr int kBwdClusterVpt = 2;
-// Staged backward (rows of kBwdStagedFrom + 1 to kBwdStagedTo vectors, where the register
-// backward needs clusters): a persistent CTA of kBwdStagedCta threads (one slab of a cluster's row)
-// keeps two rows of x and grad_out in shared memory, copying the next row in (cp.async) while it
-// reduces and writes this one, and its grad_weight sums there too: 192 KB (bfloat16), one CTA a
-// multiprocessor. On the H200 (973f852, -DRMSNORM_BWD_STAGED_FROM=1024 with no upper limit, one run
-// of benchmarks/variants.py, backward GB/s as a fraction of the copy) it was slower at most long
-// rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against the register backward's 0.65 / 0.39 /
-// 0.27, fp32 64K 0.34 against 0.46, and faster at fp32 16K (0.68 against 0.53). Taken alone for
-// rows of 2049 to 4096 vectors (a cluster of two staged CTAs in place of four register CTAs), two
-// runs each on the H200 (benchmarks/variants.py, users' path): fp32 N = 16K 0.54 / 0.53 -> 0.68 /
-// 0.68 and bf16 N = 32K 0.41 / 0.41 -> 0.45 / 0.45; the lengths either side (fp32 8K, 32K, 64K;
-// bf16 16K, 64K) keep the register backward. The build can override both (0: off, or no limit).
+// Staged backward (rows of kBwdStagedFrom + 1 (2-byte elements) or kBwdStagedFrom4 + 1 (4-byte) to
+// kBwdStagedTo vectors, where the register backward needs clusters or would not pipeline): a
+// persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps kBwdStages rows of x
+// and grad_out in shared memory, copying the next rows in (cp.async) while it reduces and writes this
+// one, and its grad_weight sums in registers or there too (BwdStagedHold): one CTA a multiprocessor.
+// On the H200 (973f852, -DRMSNORM_BWD_STAGED_FROM=1024 with no upper limit, the sums in shared memory
+// at every width, one run of benchmarks/variants.py, backward GB/s as a fraction of the copy) it was
+// slower at most long rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against the register
+// backward's 0.65 / 0.39 / 0.27, fp32 64K 0.34 against 0.46, and faster at fp32 16K (0.68 against
+// 0.53). Taken alone for rows of 2049 to 4096 vectors (a cluster of two staged CTAs in place of four
+// register CTAs), two runs each on the H200 (benchmarks/variants.py, users' path): fp32 N = 16K 0.54
+// / 0.53 -> 0.68 / 0.68 and bf16 N = 32K 0.41 / 0.41 -> 0.45 / 0.45. With bfloat16's sums and weight
+// in registers (one run, users' path): bf16 N = 16K (2048 vectors, one CTA) 0.69 in a register
+// cluster of two -> 0.75 staged, 32K (a staged cluster of two) 0.48 split -> 0.70-0.71, but 64K 0.50
+// split against 0.38-0.39 staged (a cluster of four), 8K 0.76 either way; fp32 8K 0.89 in registers
+// (pipelined) against 0.71 staged, 32K 0.60 in a register cluster of 8 against 0.38 staged. Hence a
+// threshold a width; the build can override each (0: off, or no limit).
 #ifndef RMSNORM_BWD_STAGED_FROM
-#define RMSNORM_BWD_STAGED_FROM 2048
+#define RMSNORM_BWD_STAGED_FROM 1024
+#endif
+#ifndef RMSNORM_BWD_STAGED_FROM4
+#define RMSNORM_BWD_STAGED_FROM4 2048
 #endif
 #ifndef RMSNORM_BWD_STAGED_TO
 #define RMSNORM_BWD_STAGED_TO 4096
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
+constexpr int64_t kBwdStagedFrom4 = RMSNORM_BWD_STAGED_FROM4;
 constexpr int64_t kBwdStagedTo = RMSNORM_BWD_STAGED_TO;
 // The register backward's next row: pipelined, each thread loads its vectors of the next row's
 // grad_out and x into registers before this row's reduction, so they are on their way while it
@@ -129,6 +138,26 @@ struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h
 };
 constexpr int kBwdStagedCta = 256;
 constexpr int kBwdStagedVpt = 8;
+// The staged backward's weight and grad_weight sums, for elements of at most RMSNORM_BWD_STAGED_HOLD
+// bytes (0: none): held in registers for the whole kernel (the weight of a thread's columns loaded
+// once, before the first row; one CTA a multiprocessor leaves 255 registers a thread); otherwise the
+// sums live in shared memory and the weight is loaded with each row. RMSNORM_BWD_STAGES rows of
+// grad_out and x a CTA has in shared memory: the one it reduces and writes, and the next ones on
+// their way (cp.async). On the H200 (one run of benchmarks/variants.py, users' path, backward as a
+// fraction of the copy): float32 N = 16K 0.69 with the sums in shared memory, 0.66 held (2 or 3
+// stages); bfloat16 staged with both held (below) 0.75 / 0.70-0.71 at N = 16K / 32K, 2 or 3 stages alike.
+#ifndef RMSNORM_BWD_STAGED_HOLD
+#define RMSNORM_BWD_STAGED_HOLD 2
+#endif
+#ifndef RMSNORM_BWD_STAGES
+#define RMSNORM_BWD_STAGES 2
+#endif
+template <int kElementBytes>
+struct BwdStagedHold {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
+  static constexpr bool value = kElementBytes <= RMSNORM_BWD_STAGED_HOLD;
+};
+constexpr int kBwdStages = RMSNORM_BWD_STAGES;
+static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 to 4 rows in flight");
 // Split (rows of more than kFwdSplitFrom vectors forward; backward, kBwdSplitFrom vectors of 2-byte
 // elements and kBwdSplitFrom4 of 4-byte ones): no row held anywhere, two kernels. The first sums
 // x * x (forward) or grad_out * w * x (backward) over each slice of kSplitCta * kSplitVpt vectors of a
@@ -144,13 +173,14 @@ constexpr int kBwdStagedVpt = 8;
 // before it): bfloat16 N = 32K / 64K / 128K / 256K 0.46 / 0.44 / 0.39 / 0.29 to 0.50 / 0.49 / 0.47 /
 // 0.44; float32 128K / 256K 0.37 / 0.40 to 0.54 / 0.51, 64K 0.54 to 0.55; but float32 16K (4096
 // vectors, the staged backward) 0.71 to 0.56 and 32K (8192, a cluster of 8) 0.60 to 0.55: hence a
-// threshold a width. The build can override each (0: off).
+// threshold a width. bfloat16 32K (4096 vectors) went back to the staged backward when its sums were
+// held in registers (0.48 split against 0.70-0.71, above). The build can override each (0: off).
 #ifndef RMSNORM_FWD_SPLIT_FROM
 #define RMSNORM_FWD_SPLIT_FROM 32768
 #endif
 constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
 #ifndef RMSNORM_BWD_SPLIT_FROM
-#define RMSNORM_BWD_SPLIT_FROM 2048
+#define RMSNORM_BWD_SPLIT_FROM 4096
 #endif
 #ifndef RMSNORM_BWD_SPLIT_FROM4
 #define RMSNORM_BWD_SPLIT_FROM4 8192
@@ -278,22 +308,24 @@ constexpr Plan backward_staged_layout(int64_t n_vec) {
 // Slices of a split row (one float of the first kernel's sums each).
 constexpr int64_t split_slices(int64_t n_vec) { return ceil_div(n_vec, int64_t(kSplitCta) * kSplitVpt); }
 
-// The backward plan of a row of n_vec vectors of element_bytes-byte elements (2 or 4: the split
-// threshold is the only thing that depends on it).
+// The backward plan of a row of n_vec vectors of element_bytes-byte elements (2 or 4: the split and
+// staged thresholds are the only things that depend on it).
 constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
   const int64_t split_from = element_bytes >= 4 ? kBwdSplitFrom4 : kBwdSplitFrom;
   if (split_from > 0 && n_vec > split_from) return split_layout();
-  if (kBwdStagedFrom > 0 && n_vec > kBwdStagedFrom && (kBwdStagedTo == 0 || n_vec <= kBwdStagedTo)) {
+  const int64_t staged_from = element_bytes >= 4 ? kBwdStagedFrom4 : kBwdStagedFrom;
+  if (staged_from > 0 && n_vec > staged_from && (kBwdStagedTo == 0 || n_vec <= kBwdStagedTo)) {
     const Plan p = backward_staged_layout(n_vec);
     if (p.ok()) return p;
   }
   return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt, kBwdMaxVpt, kBwdClusterVpt);
 }
 
-// Shared memory of a staged backward CTA: two rows of grad_out and x (16-byte vectors), and the
-// float grad_weight sums of its columns (vec elements a vector).
+// Shared memory of a staged backward CTA: kBwdStages rows of grad_out and x (16-byte vectors), and,
+// unless registers hold them, the float grad_weight sums of its columns (vec elements a vector).
 constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
-  return p.staged ? int64_t(p.group) * p.vpt * (2 * 2 * 16 + vec * 4) : 0;
+  const bool held = 16 / vec <= RMSNORM_BWD_STAGED_HOLD;  // BwdStagedHold of vec's element width
+  return p.staged ? int64_t(p.group) * p.vpt * (kBwdStages * 2 * 16 + (held ? 0 : vec * 4)) : 0;
 }
 
 // Row units of the forward grid (a unit is one CTA, or one cluster; it handles cta / group rows).

@@ -363,10 +363,10 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 
 // grad_x and grad_weight's partial sums, as bwd_kernel, for long rows: a persistent CTA (one slab
 // of a cluster's row with kCluster) walks rows unit, unit + units, ...; while it reduces and writes
-// one row, the next row's grad_out and x are on their way into the other of two shared-memory
-// stages (cp.async). Thread t owns vectors j = (rank * kVpt + v) * blockDim.x + t, in both stages,
-// and their columns' grad_weight sums, also in shared memory; it reads only what it copied, so no
-// barrier guards the stages. The row's dot product (v, then the vector's elements, in order) comes
+// one row, the next plan::kBwdStages - 1 rows' grad_out and x are on their way into the other
+// shared-memory stages (cp.async). Thread t owns vectors j = (rank * kVpt + v) * blockDim.x + t, in
+// every stage, and their columns' grad_weight sums (registers or shared memory:
+// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's dot product (v, then the vector's elements, in order) comes
 // from dev::group_sum; grad_weight's sums go to partial[unit, :] at the end.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: registers to spare
@@ -399,9 +399,31 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
-  float* acc = reinterpret_cast<float*>(staged + 4 * kVpt * group);
+  constexpr bool kHold = plan::BwdStagedHold<sizeof(T)>::value;
+  constexpr int kStages = plan::kBwdStages;
+  // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
+  // sums in shared memory after the stages and the weight loaded with each row.
+  float held[kHold ? kVpt * kVec : 1];
+  VW wv[kHold ? kVpt : 1];
+  float* shared_acc = reinterpret_cast<float*>(staged + 2 * kStages * kVpt * group);
+  auto acc = [&](int i) -> float& {
+    if constexpr (kHold) {
+      return held[i];
+    } else {
+      return shared_acc[i * group + lane];
+    }
+  };
 #pragma unroll
-  for (int i = 0; i < kVpt * kVec; ++i) acc[i * group + lane] = 0.f;
+  for (int i = 0; i < kVpt * kVec; ++i) acc(i) = 0.f;
+  auto weight_of = [&](int v, int j) {
+    if constexpr (kHold) {
+      return wv[v];
+    } else {
+      VW w;
+      dev::load16(w, weight + j * kVec);
+      return w;
+    }
+  };
   auto fetch = [&](int64_t row, int stage) {
     uint4* dys = staged + (stage * 2) * kVpt * group;
     uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
@@ -415,15 +437,34 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     }
     dev::cp_async_commit();
   };
-  if (unit < rows) fetch(unit, 0);
-  int stage = 0, parity = 0;
-  for (int64_t row = unit; row < rows; row += units, stage ^= 1, parity ^= 1) {
-    if (row + units < rows) {
-      fetch(row + units, stage ^ 1);
+  // The first kStages - 1 rows' copies, one group each (an empty group past the last row).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int64_t row = unit + s * units;
+    if (row < rows) {
+      fetch(row, s);
     } else {
-      dev::cp_async_commit();  // an empty group: the wait below still leaves at most one pending
+      dev::cp_async_commit();
     }
-    dev::cp_async_wait_all_but_last();
+  }
+  if constexpr (kHold) {
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      const int j = first_vec + v * group;
+      if (j < n_vec) dev::load16(wv[v], weight + j * kVec);
+    }
+  }
+  int stage = 0, parity = 0;
+  for (int64_t row = unit; row < rows; row += units, stage = stage + 1 == kStages ? 0 : stage + 1, parity ^= 1) {
+    // The row kStages - 1 ahead goes into the stage the last row was read from (this thread read
+    // only its own vectors there): then kStages - 1 groups may stay in flight, and this row's has landed.
+    const int64_t ahead = row + (kStages - 1) * units;
+    if (ahead < rows) {
+      fetch(ahead, stage == 0 ? kStages - 1 : stage - 1);
+    } else {
+      dev::cp_async_commit();  // an empty group: the wait below still leaves this row's landed
+    }
+    dev::cp_async_wait_pending<kStages - 1>();
     const uint4* dys = staged + (stage * 2) * kVpt * group;
     const uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
     const float inv = inv_rms[row];
@@ -434,9 +475,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       if (j < n_vec) {
         const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
         const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
-        VW wv;
-        dev::load16(wv, weight + j * kVec);
-        dot = dev::add_gwx16(dot, dv, wv, xv);
+        dot = dev::add_gwx16(dot, dv, weight_of(v, j), xv);
       }
     }
     dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);
@@ -448,14 +487,13 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       if (j < n_vec) {
         const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
         const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
-        VW w;
-        dev::load16(w, weight + j * kVec);
+        const VW w = weight_of(v, j);
         V out;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
           out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
-          acc[(v * kVec + k) * group + lane] += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
+          acc(v * kVec + k) += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
         }
         dev::store16(dxr + j * kVec, out);
       }
@@ -469,7 +507,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     if (j < n_vec) {
       dev::Vec16<float, kVec> out;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) out.v[k] = acc[(v * kVec + k) * group + lane];
+      for (int k = 0; k < kVec; ++k) out.v[k] = acc(v * kVec + k);
       dev::store16(pr + j * kVec, out);
     }
   }

@@ -81,9 +81,10 @@ def test_padded_rows_and_persistent_units(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_persistent_backward_loops_over_many_long_rows(dtype):
-    # Persistent units over rows several times their number (132 / cluster): a cluster of 2 (N = 2048
-    # vectors), the staged backward (float32 4096: two CTAs of 192 KB a row, 66 units), a cluster of 8
-    # (float32 8192); split rows elsewhere (units of 32 rows).
+    # Persistent units over rows several times their number (132 / cluster): N = 2048 vectors (float32 a
+    # register CTA of 1024 threads, 2-byte elements the staged backward, one CTA a row), the staged
+    # backward in a cluster of 2 (4096: 66 units), a cluster of 8 (float32 8192); split rows elsewhere
+    # (units of 32 rows).
     vec = 16 // torch.empty((), dtype=dtype).element_size()
     for n_vec, rows in ((2048, 300), (4096, 200), (8192, 100), (32768, 20)):
         x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
@@ -93,8 +94,8 @@ def test_persistent_backward_loops_over_many_long_rows(dtype):
 def test_split_backward_units_of_more_than_32_rows():
     # Past 512 units of 32 rows, a split unit takes more rows: 16,400 rows make 497 units of 33 (the last
     # of 32), each strip of columns walking its unit's rows in runs of four.
-    x, w, dy = _inputs(16400, 2049 * 8, torch.bfloat16, torch.float32, seed=3)
-    _judge(x, w, dy, "bfloat16 w:float32 rows=16400 N=16392")
+    x, w, dy = _inputs(16400, 4097 * 8, torch.bfloat16, torch.float32, seed=3)
+    _judge(x, w, dy, "bfloat16 w:float32 rows=16400 N=32776")
 
 
 def test_float64_takes_the_fallback():

@@ -87,7 +87,8 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
         assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
         if staged:  # the CTA's slab of the row (two rows of two tensors, and float sums, backward) in shared
             # memory: under the 227 KB a CTA may have; one row a CTA
-            smem = group * vpt * 16 if dir_ == "fwd" else group * vpt * (2 * 2 * 16 + 8 * 4)
+            # (float sums held in registers for 2-byte elements, in shared memory for 4-byte ones)
+            smem = group * vpt * 16 if dir_ == "fwd" else group * vpt * (2 * 2 * 16 + (0 if dir_ == "bwd2" else 4 * 4))
             assert cta == group <= 256 and smem <= 227 * 1024, where
         assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
         assert cluster & (cluster - 1) == 0 and cluster <= 16, where
@@ -101,18 +102,20 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
-    # the backward past 2,048 vectors of 2-byte elements (bfloat16 N = 32K split, 16K in a cluster of
-    # two) and past 8,192 of 4-byte ones (float32 16K keeps the staged backward, 32K a cluster of 8).
+    # the backward past 4,096 vectors of 2-byte elements (bfloat16 N = 64K split, 16K and 32K staged)
+    # and past 8,192 of 4-byte ones (float32 16K keeps the staged backward, 32K a cluster of 8).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
             first[dir_] = min(first.get(dir_, n_vec), n_vec)
         else:
             assert n_vec < first.get(dir_, n_vec + 1), f"{dir_} n_vec={n_vec}: not split, but a shorter row is"
-    edges = [(v, 1, width) for width in (2, 4) for v in (2048, 2049, 4096, 8192, 8193, 32768, 32769)]
+    edges = [(v, 1, width) for width in (2, 4) for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 32768, 32769)]
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
         assert p["f_split"] == (v > 32768), (v, width, p)
-        assert p["b_split"] == (v > (2048 if width == 2 else 8192)), (v, width, p)
+        assert p["b_split"] == (v > (4096 if width == 2 else 8192)), (v, width, p)
+        # the staged backward: 2-byte elements past 1,024 vectors, 4-byte ones past 2,048, to 4,096
+        assert p["b_staged"] == ((1024 if width == 2 else 2048) < v <= 4096), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -151,6 +154,7 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl, st in bwd if not st} >= {1, 8} and (512, 8, 0) in bwd, bwd  # register backward
     assert (256, 2, 1) in bwd, bwd  # the staged backward, a cluster of two
+    assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast  # of both widths
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
@@ -176,7 +180,7 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
     assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing",
                            "fast_slots_single_buffered", "fast_staged_copy_not_awaited",
-                           "fast_dw_reduce_barrier_missing"}
+                           "fast_dw_reduce_barrier_missing", "fast_staged_bwd_copy_not_awaited"}
     # The cluster exchange's race (a store into a peer that may not have started) is named as judged
     # by nothing since the totals go by st.async, which racecheck does not check.
     assert [m.name for m in mutants.unjudged()] == ["cluster_entry_wait_missing"]
@@ -197,6 +201,10 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
              and cases[i].rows > plan[i]["b_units"] * plan[i]["b_unit_groups"]]
     assert twice, {i: plan.get(i) for i in chosen["fast_slots_single_buffered"]}
     assert all(i in plan and plan[i]["f_staged"] for i in chosen["fast_staged_copy_not_awaited"])  # staged forwards
+    # staged backwards of both widths (4-byte elements' sums in shared memory, 2-byte ones' in registers)
+    staged_bwd = chosen["fast_staged_bwd_copy_not_awaited"]
+    assert all(i in plan and plan[i]["b_staged"] for i in staged_bwd), {i: plan.get(i) for i in staged_bwd}
+    assert {DTYPES[cases[i].dtype].itemsize for i in staged_bwd} == {2, 4}, staged_bwd
     # grad_weight's reduce of many partial rows (more than rmsnorm_dw.cu's kFewUnits, 64): the one with a barrier.
     assert any(i in plan and plan[i]["b_units"] > 64 for i in chosen["fast_dw_reduce_barrier_missing"]), {
         i: plan.get(i) for i in chosen["fast_dw_reduce_barrier_missing"]}
