@@ -10,11 +10,16 @@ import torch
 from harness.build import ROOT
 
 
-@pytest.mark.slow("a CMake build of every source against libtorch (66 s)")
+@pytest.mark.slow("a CMake build of every source against libtorch (44 s alone as a unity build, 71 s without)")
 def test_cmake_build_and_ctest():
+    # A unity build (CMake's CMAKE_UNITY_BUILD, the developer's choice by CMake's own rule, so not set in
+    # CMakeLists.txt): the C++ sources compiled as one translation unit and the CUDA sources as another,
+    # each header parsed once: on the 2-core CI machine 67 CPU-s against 115 for a source at a time. Each
+    # source alone, C++20 and all, is compiled by the session's JIT build in every run of the suite.
     build = ROOT / ".build" / "cmake"
     cfg = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
-                          f"-DPython3_EXECUTABLE={sys.executable}"], capture_output=True, text=True)
+                          f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_UNITY_BUILD=ON"],
+                         capture_output=True, text=True)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     b = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True)
     assert b.returncode == 0, b.stdout[-4000:] + b.stderr[-4000:]

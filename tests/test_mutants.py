@@ -75,10 +75,14 @@ def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
 
 
 def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
-    """mutate.main with building, judging and replaying replaced by the given outcomes."""
-    from harness import mutate
+    """mutate.main with building, judging and replaying replaced by the given outcomes (and the toolchain
+    probe by a sound verdict: nothing is built, and a probe in a fresh build folder costs about 12 CPU-s)."""
+    from harness import mutate, toolchain
 
     monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path))
+    sound = toolchain.Verdict(sound=True, variant=toolchain.VARIANTS[0][0], cflags=(), ldflags=(), compiler="c++",
+                              default_failure="", tried=(f"{toolchain.VARIANTS[0][0]}: raised",))
+    monkeypatch.setattr(toolchain, "probe", lambda **kw: sound)
     monkeypatch.setattr(mutate.mutants, "build_mutant", lambda m, **kw: (tmp_path / "lib.so", 0.0))
     monkeypatch.setattr(mutate, "baseline", lambda m, **kw: ("not run", ""))
     monkeypatch.setattr(mutate, "replay_kept", lambda m, **kw: None)
