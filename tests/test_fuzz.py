@@ -9,7 +9,7 @@ from tests._run import run
 
 
 def test_a_short_fuzz_session_reports(tmp_path):
-    code, out = run(["-m", "harness", "fuzz", "--minutes", "0.3", "--laws", "forward_matches_reference,deterministic",
+    code, out = run(["-m", "harness", "fuzz", "--minutes", "0.15", "--laws", "forward_matches_reference,deterministic",
                      "--chunk", "10", "--corpus", str(tmp_path)], timeout=600)
     assert code == 0, out
     assert "fuzz report:" in out and "forward_matches_reference" in out, out
@@ -31,7 +31,7 @@ def test_fuzz_names_the_laws_that_never_ran(tmp_path):
 
 
 def test_a_two_worker_campaign_shares_the_corpus_and_reports_once(tmp_path):
-    code, out = run(["-m", "harness", "fuzz", "--minutes", "0.4", "--workers", "2", "--chunk", "10",
+    code, out = run(["-m", "harness", "fuzz", "--minutes", "0.2", "--workers", "2", "--chunk", "10",
                      "--laws", "forward_matches_reference,scale_invariance",
                      "--target", "module:tests.targets.wrong_tail", "--corpus", str(tmp_path)], timeout=600)
     assert code == 1, out
