@@ -116,12 +116,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
-// Groups of cp.async: close the group of copies issued since the last commit; wait until every
-// group but the most recent has landed; wait for them all.
+// Groups of cp.async: close the group of copies issued since the last commit; wait until at most
+// kPending of the most recent groups are still in flight (0: every group has landed).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all_groups() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-// Wait until at most kPending of the most recent groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_pending() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");

@@ -136,11 +136,23 @@ struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h
                                 (RMSNORM_BWD_PIPELINE == 1 && kElementBytes == 4 && !kCluster) ||
                                 (RMSNORM_BWD_PIPELINE == 3 && kElementBytes == 4);
 };
-constexpr int kBwdStagedCta = 256;
-constexpr int kBwdStagedVpt = 8;
+// Its CTA: kBwdStagedCta threads of kBwdStagedVpt vectors each, a slab of 2048 vectors of the row
+// (their product sets the shared memory a CTA holds: backward_staged_bytes). On the H200 (one run
+// of benchmarks/variants.py, backward, the operator's time in us, 256 threads of 8 vectors / 512 of
+// 4 / 1024 of 2): bf16 N = 16K 126 / 124 / 139, 32K 135 / 127 / 145; fp32 16K 273 / 258 / 265. So
+// 16 warps a multiprocessor, with 111-119 registers a thread (ptxas, sm_90a; 90 for float32), no
+// spills. The build can override both (RMSNORM_BWD_STAGED_CTA, RMSNORM_BWD_STAGED_VPT).
+#ifndef RMSNORM_BWD_STAGED_CTA
+#define RMSNORM_BWD_STAGED_CTA 512
+#endif
+#ifndef RMSNORM_BWD_STAGED_VPT
+#define RMSNORM_BWD_STAGED_VPT 4
+#endif
+constexpr int kBwdStagedCta = RMSNORM_BWD_STAGED_CTA;
+constexpr int kBwdStagedVpt = RMSNORM_BWD_STAGED_VPT;
 // The staged backward's weight and grad_weight sums, for elements of at most RMSNORM_BWD_STAGED_HOLD
 // bytes (0: none): held in registers for the whole kernel (the weight of a thread's columns loaded
-// once, before the first row; one CTA a multiprocessor leaves 255 registers a thread); otherwise the
+// once, before the first row; one CTA a multiprocessor leaves it every register); otherwise the
 // sums live in shared memory and the weight is loaded with each row. RMSNORM_BWD_STAGES rows of
 // grad_out and x a CTA has in shared memory: the one it reduces and writes, and the next ones on
 // their way (cp.async). On the H200 (one run of benchmarks/variants.py, users' path, backward as a
@@ -152,9 +164,13 @@ constexpr int kBwdStagedVpt = 8;
 #ifndef RMSNORM_BWD_STAGES
 #define RMSNORM_BWD_STAGES 2
 #endif
+// Whether the staged backward holds the weight and grad_weight's sums of elements of
+// element_bytes bytes in registers: the one rule, for the kernel (BwdStagedHold) and for the shared
+// memory the launcher gives it (backward_staged_bytes).
+constexpr bool bwd_staged_holds(int element_bytes) { return element_bytes <= RMSNORM_BWD_STAGED_HOLD; }
 template <int kElementBytes>
 struct BwdStagedHold {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
-  static constexpr bool value = kElementBytes <= RMSNORM_BWD_STAGED_HOLD;
+  static constexpr bool value = bwd_staged_holds(kElementBytes);
 };
 constexpr int kBwdStages = RMSNORM_BWD_STAGES;
 static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 to 4 rows in flight");
@@ -324,7 +340,7 @@ constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
 // Shared memory of a staged backward CTA: kBwdStages rows of grad_out and x (16-byte vectors), and,
 // unless registers hold them, the float grad_weight sums of its columns (vec elements a vector).
 constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
-  const bool held = 16 / vec <= RMSNORM_BWD_STAGED_HOLD;  // BwdStagedHold of vec's element width
+  const bool held = bwd_staged_holds(16 / vec);  // vec elements of 16 / vec bytes in a vector
   return p.staged ? int64_t(p.group) * p.vpt * (kBwdStages * 2 * 16 + (held ? 0 : vec * 4)) : 0;
 }
 

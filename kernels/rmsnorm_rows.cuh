@@ -366,10 +366,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 // one row, the next plan::kBwdStages - 1 rows' grad_out and x are on their way into the other
 // shared-memory stages (cp.async). Thread t owns vectors j = (rank * kVpt + v) * blockDim.x + t, in
 // every stage, and their columns' grad_weight sums (registers or shared memory:
-// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's dot product (v, then the vector's elements, in order) comes
-// from dev::group_sum; grad_weight's sums go to partial[unit, :] at the end.
+// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's
+// dot product (v, then the vector's elements, in order) comes from dev::group_sum; grad_weight's
+// sums go to partial[unit, :] at the end.
 template <typename T, typename W, int kVpt, bool kCluster>
-__global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: registers to spare
+__global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: every register to it
     bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
                       int64_t dy_row_stride,
                       const T* __restrict__ x,  // [rows, x_row_stride]
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
   // sums in shared memory after the stages and the weight loaded with each row.
   float held[kHold ? kVpt * kVec : 1];
-  VW wv[kHold ? kVpt : 1];
+  VW wv[kHold ? kVpt : 1] = {};  // loaded before the first row for the vectors inside it; only those are read
   float* shared_acc = reinterpret_cast<float*>(staged + 2 * kStages * kVpt * group);
   auto acc = [&](int i) -> float& {
     if constexpr (kHold) {
@@ -499,7 +500,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       }
     }
   }
-  dev::cp_async_wait_all_groups();
+  dev::cp_async_wait_pending<0>();
   float* pr = partial + unit * n;  // unit < 2^20, n < 2^20
 #pragma unroll
   for (int v = 0; v < kVpt; ++v) {
