@@ -16,12 +16,15 @@ using namespace rmsnorm::plan;
 static void show(const char* dir, long n_vec, const Plan& p, long rows) {
   // the shared memory a staged CTA asks for, as the launcher computes it (a 16-byte vector holds
   // 8 elements of 2 bytes, 4 of 4)
-  const long smem = dir[0] == 'f' ? long(p.forward_staged_bytes()) : long(backward_staged_bytes(p, dir[3] == '2' ? 8 : 4));
+  const long smem = dir[0] == 'f' ? long(p.forward_staged_bytes())
+                                  : long(backward_staged_bytes(p, dir[3] == '2' ? 8 : 4));
   std::printf("%s %ld %d %d %d %d %ld %ld %d %d\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
               p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L, smem, int(p.staged),
               int(p.split));
 }
 int main() {
+  // the staged CTAs the plan is built with: threads forward, threads and vectors a thread backward
+  std::printf("staged %d %d %d\n", kFwdStagedCta, kBwdStagedCta, kBwdStagedVpt);
   long rows_list[4] = {1, 4097, 20000, 1L << 22};
   for (long n_vec = 1; n_vec <= 140000; n_vec += (n_vec < 2100 ? 1 : (n_vec < 8300 ? 7 : 97))) {
     for (long rows : rows_list) {
@@ -64,16 +67,28 @@ def _plans_of(folder, rows_of: list[tuple[int, int, int]]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory):
-    out = _run_plan_program(tmp_path_factory.mktemp("plan"), PROGRAM)
+def plan_output(tmp_path_factory):
+    """(the staged CTAs' sizes, {"fwd_cta", "bwd_cta", "bwd_vpt"}; one tuple a plan) from PROGRAM."""
+    first, *lines = _run_plan_program(tmp_path_factory.mktemp("plan"), PROGRAM).splitlines()
+    staged = dict(zip(("fwd_cta", "bwd_cta", "bwd_vpt"), map(int, first.split()[1:])))
     rows = []
-    for line in out.splitlines():
+    for line in lines:
         dir_, *nums = line.split()
         rows.append((dir_, *map(int, nums)))
-    return rows
+    return staged, rows
 
 
-def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
+@pytest.fixture(scope="module")
+def staged_cta(plan_output):
+    return plan_output[0]
+
+
+@pytest.fixture(scope="module")
+def plans(plan_output):
+    return plan_output[1]
+
+
+def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
     seen = set()
     for dir_, n_vec, group, vpt, cta, cluster, units, smem, staged, split in plans:
         where = f"{dir_} n_vec={n_vec}: group {group}, vpt {vpt}, cta {cta}, cluster {cluster}, staged {staged}"
@@ -83,16 +98,15 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans):
             assert (group, vpt, cta, cluster, staged) == (256, 8, 256, 1, 0), where
             assert dir_ == "fwd" or 1 <= units <= 512, where  # the backward's partial rows
             continue
-        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (4 if staged else 2)
+        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (staged_cta["bwd_vpt"] if staged else 2)
         seen.add((dir_[:3], cluster > 1))
         cap = group * vpt * cluster
         assert group & (group - 1) == 0 and 1 <= group <= 1024, where
         assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
         if staged:  # the CTA's slab of the row (rows of two tensors, and float sums unless held, backward) in
-            # shared memory: under the 227 KB a CTA may have; one row a CTA
-            # (a CTA of 256 threads forward, 512 backward, kernels/rmsnorm_plan.h)
-            assert cta == group <= (256 if dir_ == "fwd" else 512) and 0 < smem <= 227 * 1024, \
-                f"{where}: {smem} bytes of shared memory"
+            # shared memory: under the 227 KB a CTA may have; one row a CTA of at most the plan's staged size
+            limit = staged_cta["fwd_cta"] if dir_ == "fwd" else staged_cta["bwd_cta"]
+            assert cta == group <= limit and 0 < smem <= 227 * 1024, f"{where}: {smem} bytes of shared memory"
         assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
         assert cluster & (cluster - 1) == 0 and cluster <= 16, where
         assert cluster == 1 or cta == group, where  # one row per CTA of a cluster
@@ -134,7 +148,7 @@ def test_backward_units_do_not_depend_on_the_device(plans):
     assert split_units == {1, 129, 500, 512}, split_units
 
 
-def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
+def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
     forward and of 8 backward, the staged forward and backward, the split forward and backward,
@@ -156,7 +170,7 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path):
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl, st in bwd if not st} >= {1, 8} and (512, 8, 0) in bwd, bwd  # register backward
-    assert (512, 2, 1) in bwd, bwd  # the staged backward, a cluster of two (512-thread CTAs)
+    assert (staged_cta["bwd_cta"], 2, 1) in bwd, bwd  # the staged backward, a cluster of two
     assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast  # of both widths
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
