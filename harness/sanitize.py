@@ -37,9 +37,9 @@ PATHS = (
     ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
     ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
     ("float32", "float32", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: staged, a cluster of 2
-    ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged forward, a cluster of 4; backward: split
-    ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: split
-    ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16; backward: split
+    ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged, a cluster of 4, forward and backward
+    ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: 512 threads, a cluster of 16
+    ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16, forward and backward
     ("bfloat16", "bfloat16", 0, 4096, "contiguous"),  # zero rows on a fast path: nothing launched
     ("float64", "float64", 0, "33e", "contiguous"),  # zero rows on the fallback: grad_weight still zeroed
     # Backward: 264 persistent units of 8 rows of two warps each, so some units take a second pass
@@ -47,8 +47,8 @@ PATHS = (
     ("float32", "float32", 2200, 128, "contiguous"),
     ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
     ("float32", "float32", 1, 65536, "contiguous"),  # split forward (and backward)
-    # Split backward: two units of 32 and 8 rows; the last strip has one column of 256 (4097 vectors).
-    ("bfloat16", "float32", 40, 4097, "contiguous"),
+    # Split backward: two units of 32 and 8 rows; the last strip has one column of 256 (16385 vectors).
+    ("float32", "float32", 40, 16385, "contiguous"),
     # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 2
     # whose second CTA holds one vector; 66 units of 2 or 3 rows, so the stages take turns.
     ("bfloat16", "float32", 140, 2049, "contiguous"),

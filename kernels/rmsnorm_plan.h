@@ -88,8 +88,9 @@ constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight
 constexpr int kBwdMaxGroup = 512;
 constexpr int kBwdMaxVpt = 2;
 constexpr int kBwdClusterVpt = 2;
-// Staged backward (rows of kBwdStagedFrom + 1 (2-byte elements) or kBwdStagedFrom4 + 1 (4-byte) to
-// kBwdStagedTo vectors, where the register backward needs clusters or would not pipeline): a
+// Staged backward (rows of kBwdStagedFrom + 1 to kBwdStagedTo vectors of 2-byte elements, or
+// kBwdStagedFrom4 + 1 to kBwdStagedTo4 of 4-byte ones, where the register backward needs clusters
+// or would not pipeline): a
 // persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps kBwdStages rows of x
 // and grad_out in shared memory, copying the next rows in (cp.async) while it reduces and writes this
 // one, and its grad_weight sums in registers or there too (BwdStagedHold): one CTA a multiprocessor.
@@ -104,7 +105,14 @@ constexpr int kBwdClusterVpt = 2;
 // cluster of two -> 0.75 staged, 32K (a staged cluster of two) 0.48 split -> 0.70-0.71, but 64K 0.50
 // split against 0.38-0.39 staged (a cluster of four), 8K 0.76 either way; fp32 8K 0.89 in registers
 // (pipelined) against 0.71 staged, 32K 0.60 in a register cluster of 8 against 0.38 staged. Hence a
-// threshold a width; the build can override each (0: off, or no limit).
+// threshold a width. Every clustered figure so far had a persistent grid of more clusters than the
+// H200 runs at once (clusters_at_once, below: 33 clusters of 4 where 30 fit), so part of it ran
+// after the rest. With the grid capped to what fits (one run of benchmarks/variants.py, users' path,
+// backward as a fraction of the copy, staged / register clusters / split): bf16 N = 64K 0.73-0.74 /
+// 0.61 / 0.50, 128K 0.72-0.73 / 0.56 / 0.51, 256K 0.64 / 0.48 / 0.51; fp32 32K 0.70-0.71 / 0.81 /
+// -, 64K 0.68 / 0.76 / 0.56, 128K 0.56 / 0.51 / 0.57. Hence staged bfloat16 to the 16-CTA cluster's
+// 32768 vectors, and float32 staged only at 4096 (N = 16K). The build can override each (0: off,
+// or no limit).
 #ifndef RMSNORM_BWD_STAGED_FROM
 #define RMSNORM_BWD_STAGED_FROM 1024
 #endif
@@ -112,11 +120,15 @@ constexpr int kBwdClusterVpt = 2;
 #define RMSNORM_BWD_STAGED_FROM4 2048
 #endif
 #ifndef RMSNORM_BWD_STAGED_TO
-#define RMSNORM_BWD_STAGED_TO 4096
+#define RMSNORM_BWD_STAGED_TO 32768
+#endif
+#ifndef RMSNORM_BWD_STAGED_TO4
+#define RMSNORM_BWD_STAGED_TO4 4096
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
 constexpr int64_t kBwdStagedFrom4 = RMSNORM_BWD_STAGED_FROM4;
 constexpr int64_t kBwdStagedTo = RMSNORM_BWD_STAGED_TO;
+constexpr int64_t kBwdStagedTo4 = RMSNORM_BWD_STAGED_TO4;
 // The register backward's next row: pipelined, each thread loads its vectors of the next row's
 // grad_out and x into registers before this row's reduction, so they are on their way while it
 // waits; otherwise they are prefetched into L2 and loaded after this row is written. On the H200
@@ -190,16 +202,18 @@ static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 t
 // 0.44; float32 128K / 256K 0.37 / 0.40 to 0.54 / 0.51, 64K 0.54 to 0.55; but float32 16K (4096
 // vectors, the staged backward) 0.71 to 0.56 and 32K (8192, a cluster of 8) 0.60 to 0.55: hence a
 // threshold a width. bfloat16 32K (4096 vectors) went back to the staged backward when its sums were
-// held in registers (0.48 split against 0.70-0.71, above). The build can override each (0: off).
+// held in registers (0.48 split against 0.70-0.71, above), and 64K to 256K, and float32 32K and 64K,
+// to clusters once their grids were capped to the clusters that fit (above). The build can override
+// each (0: off).
 #ifndef RMSNORM_FWD_SPLIT_FROM
 #define RMSNORM_FWD_SPLIT_FROM 32768
 #endif
 constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
 #ifndef RMSNORM_BWD_SPLIT_FROM
-#define RMSNORM_BWD_SPLIT_FROM 4096
+#define RMSNORM_BWD_SPLIT_FROM 32768
 #endif
 #ifndef RMSNORM_BWD_SPLIT_FROM4
-#define RMSNORM_BWD_SPLIT_FROM4 8192
+#define RMSNORM_BWD_SPLIT_FROM4 16384
 #endif
 constexpr int64_t kBwdSplitFrom = RMSNORM_BWD_SPLIT_FROM;
 constexpr int64_t kBwdSplitFrom4 = RMSNORM_BWD_SPLIT_FROM4;
@@ -330,7 +344,8 @@ constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
   const int64_t split_from = element_bytes >= 4 ? kBwdSplitFrom4 : kBwdSplitFrom;
   if (split_from > 0 && n_vec > split_from) return split_layout();
   const int64_t staged_from = element_bytes >= 4 ? kBwdStagedFrom4 : kBwdStagedFrom;
-  if (staged_from > 0 && n_vec > staged_from && (kBwdStagedTo == 0 || n_vec <= kBwdStagedTo)) {
+  const int64_t staged_to = element_bytes >= 4 ? kBwdStagedTo4 : kBwdStagedTo;
+  if (staged_from > 0 && n_vec > staged_from && (staged_to == 0 || n_vec <= staged_to)) {
     const Plan p = backward_staged_layout(n_vec);
     if (p.ok()) return p;
   }
@@ -358,6 +373,52 @@ inline int64_t split_rows_per_unit(int64_t rows) {
   return per > kBwdSplitRows ? per : kBwdSplitRows;
 }
 
+// Clusters of `cluster` CTAs, per_sm CTAs a multiprocessor (1 or 2), that the GPU runs at once. A
+// cluster's CTAs run in one GPC (a group of multiprocessors), so fewer clusters than
+// kPersistentSms * per_sm / cluster fit where a GPC's CTA slots are not a multiple of the cluster.
+// A persistent grid of more clusters than fit runs the rest only after the first ones finish:
+// twice the time, however few are over. On the H200, cudaOccupancyMaxActiveClusters for the
+// staged backward (one CTA a multiprocessor) and the register backward's 512-thread CTAs (two)
+// gave 66 / 30 / 15 / 7 and 132 / 62 / 30 / 14 clusters of 2 / 4 / 8 / 16, where the grid had 66 /
+// 33 / 16 / 8 and 132 / 66 / 33 / 16. Capping the grid to them took float32 N = 32K (a register
+// cluster of 8: 30 units, not 33) from 0.59 to 0.81 of the copy, and the staged bfloat16 64K (a
+// cluster of 4) from 0.43 to 0.73 (one run of benchmarks/variants.py, users' path). Constants, like
+// kPersistentSms, so that grad_weight's order is the same on every GPU; one that fits fewer runs
+// the rest after, as before. The build can override each (RMSNORM_AT_ONCE_<per_sm>_<cluster>).
+#ifndef RMSNORM_AT_ONCE_1_2
+#define RMSNORM_AT_ONCE_1_2 66
+#endif
+#ifndef RMSNORM_AT_ONCE_1_4
+#define RMSNORM_AT_ONCE_1_4 30
+#endif
+#ifndef RMSNORM_AT_ONCE_1_8
+#define RMSNORM_AT_ONCE_1_8 15
+#endif
+#ifndef RMSNORM_AT_ONCE_1_16
+#define RMSNORM_AT_ONCE_1_16 7
+#endif
+#ifndef RMSNORM_AT_ONCE_2_2
+#define RMSNORM_AT_ONCE_2_2 132
+#endif
+#ifndef RMSNORM_AT_ONCE_2_4
+#define RMSNORM_AT_ONCE_2_4 62
+#endif
+#ifndef RMSNORM_AT_ONCE_2_8
+#define RMSNORM_AT_ONCE_2_8 30
+#endif
+#ifndef RMSNORM_AT_ONCE_2_16
+#define RMSNORM_AT_ONCE_2_16 14
+#endif
+constexpr int64_t clusters_at_once(int cluster, int64_t per_sm) {
+  const int64_t one[5] = {kPersistentSms, RMSNORM_AT_ONCE_1_2, RMSNORM_AT_ONCE_1_4, RMSNORM_AT_ONCE_1_8,
+                          RMSNORM_AT_ONCE_1_16};
+  const int64_t two[5] = {2 * kPersistentSms, RMSNORM_AT_ONCE_2_2, RMSNORM_AT_ONCE_2_4, RMSNORM_AT_ONCE_2_8,
+                          RMSNORM_AT_ONCE_2_16};
+  int i = 0;
+  while (i < 4 && (1 << i) < cluster) ++i;
+  return per_sm >= 2 ? two[i] : one[i];
+}
+
 // Row units of the persistent backward grid; each writes one float row of grad_weight partial
 // sums, which the final kernel adds in unit order.
 inline int64_t backward_units(const Plan& p, int64_t rows) {
@@ -366,6 +427,8 @@ inline int64_t backward_units(const Plan& p, int64_t rows) {
   // A staged unit's shared memory fills a multiprocessor: one CTA on each.
   const int64_t per_sm = p.staged ? 1 : kPersistentThreadsPerSm / p.cta;
   int64_t cap = int64_t(kPersistentSms) * per_sm / p.cluster;
+  const int64_t fit = clusters_at_once(p.cluster, per_sm);
+  if (fit < cap) cap = fit;
   if (cap < 1) cap = 1;
   return units < cap ? units : cap;
 }

@@ -119,20 +119,21 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
-    # the backward past 4,096 vectors of 2-byte elements (bfloat16 N = 64K split, 16K and 32K staged)
-    # and past 8,192 of 4-byte ones (float32 16K keeps the staged backward, 32K a cluster of 8).
+    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 16K to 256K staged) and past
+    # 16,384 of 4-byte ones (float32 16K staged, 32K and 64K register clusters of 8 and 16).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
             first[dir_] = min(first.get(dir_, n_vec), n_vec)
         else:
             assert n_vec < first.get(dir_, n_vec + 1), f"{dir_} n_vec={n_vec}: not split, but a shorter row is"
-    edges = [(v, 1, width) for width in (2, 4) for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 32768, 32769)]
+    edges = [(v, 1, width) for width in (2, 4)
+             for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768, 32769)]
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
         assert p["f_split"] == (v > 32768), (v, width, p)
-        assert p["b_split"] == (v > (4096 if width == 2 else 8192)), (v, width, p)
-        # the staged backward: 2-byte elements past 1,024 vectors, 4-byte ones past 2,048, to 4,096
-        assert p["b_staged"] == ((1024 if width == 2 else 2048) < v <= 4096), (v, width, p)
+        assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
+        # the staged backward: 2-byte elements past 1,024 vectors to 32,768; 4-byte ones past 2,048 to 4,096
+        assert p["b_staged"] == ((1024 < v <= 32768) if width == 2 else (2048 < v <= 4096)), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -145,13 +146,19 @@ def test_backward_units_do_not_depend_on_the_device(plans):
             split_units.add(units)
         elif dir_ != "fwd":
             assert units <= max(1, 132 * (1 if staged else 1024 // cta) // cluster), (n_vec, units)
+            # no more clusters than the H200 runs at once (cudaOccupancyMaxActiveClusters there), so
+            # that none waits for another to finish
+            per_sm = 1 if staged else 1024 // cta
+            at_once = {1: {2: 66, 4: 30, 8: 15, 16: 7}, 2: {2: 132, 4: 62, 8: 30, 16: 14}}[per_sm]
+            assert cluster == 1 or units <= at_once[cluster], (dir_, n_vec, cluster, units)
     assert split_units == {1, 129, 500, 512}, split_units
 
 
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and of 8 backward, the staged forward and backward, the split forward and backward,
+    forward and of 8 and 16 backward, the staged forward and backward (the backward in clusters of 2, 4
+    and 16), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
@@ -169,8 +176,9 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans if not p["b_split"]}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
-    assert {cl for g, cl, st in bwd if not st} >= {1, 8} and (512, 8, 0) in bwd, bwd  # register backward
+    assert {cl for g, cl, st in bwd if not st} >= {1, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 2, 1) in bwd, bwd  # the staged backward, a cluster of two
+    assert {cl for g, cl, st in bwd if st} >= {2, 4, 16}, bwd  # and of 4 and 16
     assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast  # of both widths
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
