@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kColumns * kSlices)
                      int64_t units, int64_t n,
                      W* __restrict__ dw) {  // [n]
   __shared__ float sums[kSlices][kColumns + 1];
+  dev::wait_for_previous_grid();
   const int64_t col = int64_t(blockIdx.x) * kColumns + threadIdx.x;
   float acc = 0.f;
   if (col < n) {
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(kColumnThreads)
     dw_columns_kernel(const float* __restrict__ partial,  // [units, n]
                       int64_t units, int64_t n,
                       W* __restrict__ dw) {  // [n]
+  dev::wait_for_previous_grid();
   const int64_t first = (int64_t(blockIdx.x) * kColumnThreads + threadIdx.x) * kColumnsPerThread;
   if (first >= n) return;
   float acc[kColumnsPerThread] = {0.f, 0.f, 0.f, 0.f};
@@ -66,22 +68,37 @@ __global__ void __launch_bounds__(kColumnThreads)
 
 }  // namespace
 
+// Launch kernel on grid x block, as a programmatic dependent of the kernel before it when
+// RMSNORM_DW_PDL; returns the launch's error.
+template <typename Kernel, typename... Args>
+cudaError_t launch_dw(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = RMSNORM_DW_PDL && RMSNORM_PDL ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 template <typename W>
-void dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream) {
-  if (n == 0) return;
+cudaError_t dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
   if (units <= kFewUnits && n % kColumnsPerThread == 0) {
     const int64_t per_cta = int64_t(kColumnThreads) * kColumnsPerThread;
     const unsigned int blocks = static_cast<unsigned int>((n + per_cta - 1) / per_cta);
-    dw_columns_kernel<W><<<blocks, kColumnThreads, 0, stream>>>(partial, units, n, dw);
-    return;
+    return launch_dw(dw_columns_kernel<W>, dim3(blocks), dim3(kColumnThreads), stream, partial, units, n, dw);
   }
   const unsigned int blocks = static_cast<unsigned int>((n + kColumns - 1) / kColumns);
-  dw_reduce_kernel<W><<<blocks, dim3(kColumns, kSlices), 0, stream>>>(partial, units, n, dw);
+  return launch_dw(dw_reduce_kernel<W>, dim3(blocks), dim3(kColumns, kSlices), stream, partial, units, n, dw);
 }
 
-template void dw_from_partials<float>(const float*, int64_t, int64_t, float*, cudaStream_t);
-template void dw_from_partials<__half>(const float*, int64_t, int64_t, __half*, cudaStream_t);
-template void dw_from_partials<__nv_bfloat16>(const float*, int64_t, int64_t, __nv_bfloat16*,
+template cudaError_t dw_from_partials<float>(const float*, int64_t, int64_t, float*, cudaStream_t);
+template cudaError_t dw_from_partials<__half>(const float*, int64_t, int64_t, __half*, cudaStream_t);
+template cudaError_t dw_from_partials<__nv_bfloat16>(const float*, int64_t, int64_t, __nv_bfloat16*,
                                               cudaStream_t);
 
 }  // namespace paths

@@ -153,8 +153,7 @@ cudaError_t launch_rmsnorm_bwd(const T* dy, int64_t dy_row_stride, const T* x, i
                            : paths::fast_backward<T, W, true>(p, dy, dy_row_stride, x, x_row_stride, weight,
                                                               inv_rms, dx, partial, rows, n, stream);
       if (err != cudaSuccess) return err;
-      paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
-      return cudaSuccess;
+      return paths::dw_from_partials<W>(partial, plan::backward_units(p, rows), n, dw, stream);
     }
   }
   paths::fallback_backward<T, W>(dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, dw,

@@ -41,9 +41,10 @@ template <typename T, typename W>
 cudaError_t split_backward(const T* dy, int64_t dy_row_stride, const T* x, int64_t x_row_stride,
                            const W* weight, const float* inv_rms, T* dx, float* partial, float* sums,
                            int64_t rows, int64_t n, cudaStream_t stream);
-// dw[i] = sum over u < units of partial[u, i], in a fixed order; zeros when units is 0.
+// dw[i] = sum over u < units of partial[u, i], in a fixed order; zeros when units is 0. Returns
+// the launch's error.
 template <typename W>
-void dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream);
+cudaError_t dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream);
 
 // dst = the rows of src, contiguous (any row stride, 0 and overlapping rows included).
 template <typename T>

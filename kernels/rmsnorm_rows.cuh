@@ -324,6 +324,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
       }
     }
   }
+  if (RMSNORM_DW_PDL) dev::let_next_grid_start();
   // The CTA's row groups 1.. hand their sums to group 0, which adds them in group order.
   if (per_unit > 1) {
     if (group_index > 0) {
@@ -501,6 +502,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     }
   }
   dev::cp_async_wait_pending<0>();
+  if (RMSNORM_DW_PDL) dev::let_next_grid_start();
   float* pr = partial + unit * n;  // unit < 2^20, n < 2^20
 #pragma unroll
   for (int v = 0; v < kVpt; ++v) {
