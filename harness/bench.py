@@ -13,10 +13,10 @@ medians of CUDA-event timings taken one after the other, with the L2 cache flush
 call (triton.testing.do_bench when Triton is installed, the same method otherwise); bench.json
 keeps both medians. One median alone was not steady: in one run on the H200 the users' path
 backward at bfloat16 N = 8192 read 1.4 to 2.8 times its operator's time in 3 of 7 processes for
-the whole of its timing, where the operator, timed next, and every later shape read the same. Bytes are the least a kernel must move: forward
-reads x and writes y (2 M N elements), backward reads x and grad_out and writes grad_x (3 M N);
-the weight and the statistic are left out. The copy ceiling is a 1 GiB device-to-device copy
-timed in the same run (bytes read plus written).
+the whole of its timing, where the operator, timed next, and every later shape read the same. Bytes
+are the least a kernel must move: forward reads x and writes y (2 M N elements), backward reads x
+and grad_out and writes grad_x (3 M N); the weight and the statistic are left out. The copy
+ceiling is a 1 GiB device-to-device copy timed in the same run (bytes read plus written).
 
 Decode shapes (M = 1 ... 512 rows of N = 4096 and 8192, bfloat16, forward through the users'
 path): one CUDA graph of 20 calls, replayed; microseconds per call.
