@@ -140,17 +140,17 @@ def test_backward_units_do_not_depend_on_the_device(plans):
     # A unit count is min(row groups, a constant): the same on every GPU, so is grad_weight's order. A
     # split unit is a run of 32 rows, or of more where 32 would make more than 512 units: 1, 4,097,
     # 20,000 and 2^22 rows make 1, 129 (of 32 rows), 500 (of 40) and 512 units (of 8,192).
+    # Clusters of 2 to 16 CTAs that the H200 runs at once (cudaOccupancyMaxActiveClusters there), by
+    # CTAs a multiprocessor: no clustered grid has more, so that none waits for another to finish.
+    at_once = {1: {2: 66, 4: 30, 8: 15, 16: 7}, 2: {2: 132, 4: 62, 8: 30, 16: 14}}
     split_units = set()
     for dir_, n_vec, group, vpt, cta, cluster, units, smem, staged, split in plans:
         if dir_ != "fwd" and split:
             split_units.add(units)
         elif dir_ != "fwd":
-            assert units <= max(1, 132 * (1 if staged else 1024 // cta) // cluster), (n_vec, units)
-            # no more clusters than the H200 runs at once (cudaOccupancyMaxActiveClusters there), so
-            # that none waits for another to finish
             per_sm = 1 if staged else 1024 // cta
-            at_once = {1: {2: 66, 4: 30, 8: 15, 16: 7}, 2: {2: 132, 4: 62, 8: 30, 16: 14}}[per_sm]
-            assert cluster == 1 or units <= at_once[cluster], (dir_, n_vec, cluster, units)
+            assert units <= max(1, 132 * per_sm // cluster), (n_vec, units)
+            assert cluster == 1 or units <= at_once[per_sm][cluster], (dir_, n_vec, cluster, units)
     assert split_units == {1, 129, 500, 512}, split_units
 
 
