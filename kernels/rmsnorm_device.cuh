@@ -1,15 +1,19 @@
 // Device helpers shared by every CUDA path: accumulation-type conversions, 16-byte vectors,
-// and the reduction of one row's partial sums over a row group, a CTA and a cluster.
+// and the reduction of one row's partial sums over a row group, a CTA and a cluster; and, host
+// side, the launcher of the kernels that run in clusters or as programmatic dependents.
 #pragma once
 
 #include <cooperative_groups.h>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "rmsnorm_common.h"
+#include "rmsnorm_plan.h"
 
 namespace rmsnorm {
 namespace dev {
@@ -127,8 +131,9 @@ __device__ __forceinline__ void cp_async_wait_pending() {
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
 // may start while the kernel before it in the stream is finishing; it must wait for that kernel's
 // completion (and its memory) before it reads anything, and may let the next one start early.
-// Without the launch attribute both are no-ops. Only the forward kernels are launched so (the
-// backward's two kernels are not). On the H200 (973f852) it took decode under CUDA graphs, bf16,
+// Without the launch attribute both are no-ops. The forward kernels of the fast paths are launched
+// so, and grad_weight's final kernel (RMSNORM_DW_PDL, below); the backward's kernel before it is
+// not. On the H200 (973f852) it took decode under CUDA graphs, bf16,
 // from 2.09 / 2.36 / 2.49 / 3.69 us to 1.76 / 1.81 / 1.90 / 3.21 us at M = 1 / 8 / 64 / 512,
 // N = 4096 (N = 8192: 2.47-4.72 to 2.06-4.39), the forward's GB/s unchanged. RMSNORM_PDL=0
 // leaves them out.
@@ -300,6 +305,68 @@ __device__ __forceinline__ float group_sum(float v, int group, int parity, Reduc
     for (unsigned int r = 1; r < ctas; ++r) v += slots.cta[parity][r];
   }
   return v;
+}
+
+// Set a kernel's function attribute once per kernel, device and value (cudaFuncSetAttribute on
+// every launch costs host time that decode-sized calls notice). Keyed by the kernel's address:
+// kernels of one signature are different functions.
+inline void set_attribute_once(const void* kernel, cudaFuncAttribute attribute, int value) {
+  struct Set {
+    const void* kernel;
+    int device;
+    cudaFuncAttribute attribute;
+    int value;
+  };
+  static std::mutex mutex;
+  static std::vector<Set> done;
+  int device = 0;
+  cudaGetDevice(&device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Set& s : done) {
+    if (s.kernel == kernel && s.device == device && s.attribute == attribute && s.value == value) return;
+  }
+  cudaFuncSetAttribute(kernel, attribute, value);
+  done.push_back({kernel, device, attribute, value});
+}
+
+// Launch kernel on grid x block with smem bytes of dynamic shared memory: in clusters of `cluster`
+// CTAs along x when cluster > 0 (past 8, the non-portable sizes Hopper allows); as a programmatic
+// dependent of the kernel before it in the stream when pdl (and RMSNORM_PDL): it may start while
+// that kernel finishes (wait_for_previous_grid). Returns cudaLaunchKernelEx's error: it is returned,
+// not left for cudaGetLastError (an empty grid launched this way raised nothing through the
+// binding's launch check on the H200, issue 25).
+template <typename Kernel, typename... Args>
+cudaError_t launch_kernel(Kernel kernel, dim3 grid, dim3 block, size_t smem, int cluster, bool pdl,
+                          cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  unsigned int count = 0;
+  if (cluster > 0) {
+    if (cluster > plan::kMaxPortableCluster) {
+      set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = static_cast<unsigned int>(cluster);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (pdl && RMSNORM_PDL) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attribute;
+  config.numAttrs = count;
+  if (smem > 48 * 1024) {
+    set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(smem));
+  }
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 }  // namespace dev

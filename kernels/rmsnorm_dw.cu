@@ -68,32 +68,18 @@ __global__ void __launch_bounds__(kColumnThreads)
 
 }  // namespace
 
-// Launch kernel on grid x block, as a programmatic dependent of the kernel before it when
-// RMSNORM_DW_PDL; returns the launch's error.
-template <typename Kernel, typename... Args>
-cudaError_t launch_dw(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = RMSNORM_DW_PDL && RMSNORM_PDL ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
 template <typename W>
 cudaError_t dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (units <= kFewUnits && n % kColumnsPerThread == 0) {
     const int64_t per_cta = int64_t(kColumnThreads) * kColumnsPerThread;
     const unsigned int blocks = static_cast<unsigned int>((n + per_cta - 1) / per_cta);
-    return launch_dw(dw_columns_kernel<W>, dim3(blocks), dim3(kColumnThreads), stream, partial, units, n, dw);
+    return dev::launch_kernel(dw_columns_kernel<W>, dim3(blocks), dim3(kColumnThreads), 0, 0, RMSNORM_DW_PDL, stream,
+                              partial, units, n, dw);
   }
   const unsigned int blocks = static_cast<unsigned int>((n + kColumns - 1) / kColumns);
-  return launch_dw(dw_reduce_kernel<W>, dim3(blocks), dim3(kColumns, kSlices), stream, partial, units, n, dw);
+  return dev::launch_kernel(dw_reduce_kernel<W>, dim3(blocks), dim3(kColumns, kSlices), 0, 0, RMSNORM_DW_PDL, stream,
+                            partial, units, n, dw);
 }
 
 template cudaError_t dw_from_partials<float>(const float*, int64_t, int64_t, float*, cudaStream_t);

@@ -77,10 +77,12 @@ template <int kElementBytes>
 struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
   static constexpr bool value = RMSNORM_FWD_STAGED_HOLD_W > 0 && kElementBytes >= RMSNORM_FWD_STAGED_HOLD_W;
 };
-// CTAs a multiprocessor that the staged forward's registers must allow (its shared memory allows 6).
-template <int kElementBytes>
+// CTAs a multiprocessor that the staged forward's registers must allow (its shared memory allows 6,
+// or 3 at twice the vectors a thread, where 80 registers still spill 16-24 bytes: a few loads and
+// stores a row, on a path only rows past a 16-CTA cluster take with the split forward turned off).
+template <int kElementBytes, int kVpt>
 struct FwdStagedCtasPerSm {
-  static constexpr int value = FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
+  static constexpr int value = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
 };
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
@@ -152,7 +154,7 @@ struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h
 // (their product sets the shared memory a CTA holds: backward_staged_bytes). On the H200 (one run
 // of benchmarks/variants.py, backward, the operator's time in us, 256 threads of 8 vectors / 512 of
 // 4 / 1024 of 2): bf16 N = 16K 126 / 124 / 139, 32K 135 / 127 / 145; fp32 16K 273 / 258 / 265. So
-// 16 warps a multiprocessor, with 111-119 registers a thread (ptxas, sm_90a; 90 for float32), no
+// 16 warps a multiprocessor, with 127-128 registers a thread (ptxas, sm_90a; 72-80 for float32), no
 // spills. The build can override both (RMSNORM_BWD_STAGED_CTA, RMSNORM_BWD_STAGED_VPT).
 #ifndef RMSNORM_BWD_STAGED_CTA
 #define RMSNORM_BWD_STAGED_CTA 512
@@ -281,8 +283,8 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt,
   return p;
 }
 
-// A staged forward: one CTA of up to kFwdStagedCta threads while it holds the row, then clusters of
-// 2 to 8 CTAs (portable), then 16, then twice the vectors a thread.
+// A staged forward: one CTA of kFwdStagedCta threads while it holds the row, then clusters of 2 to 8
+// CTAs (portable), then 16, then twice the vectors a thread.
 constexpr Plan staged_layout(int64_t n_vec) {
   Plan p;
   p.staged = true;
@@ -295,13 +297,11 @@ constexpr Plan staged_layout(int64_t n_vec) {
       if (p.vpt == 0 && clusters <= limit) {
         p.vpt = vpt;
         p.cluster = pow2_at_least(clusters);
-        p.group = p.cluster > 1 ? kFwdStagedCta : pow2_at_least(ceil_div(n_vec, vpt));
-        if (p.group < 32) p.group = 32;
       }
     }
   }
   if (p.vpt == 0) return Plan{};  // too long for any cluster
-  p.cta = p.group;
+  p.group = p.cta = kFwdStagedCta;  // the kernel's constant, even where fewer threads would hold the row
   return p;
 }
 
@@ -321,7 +321,8 @@ constexpr Plan forward_plan(int64_t n_vec) {
   return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 
-// A staged backward: one CTA while it holds the row, then a cluster of up to 16; none past that.
+// A staged backward: one CTA of kBwdStagedCta threads while it holds the row, then a cluster of up to
+// 16; none past that.
 constexpr Plan backward_staged_layout(int64_t n_vec) {
   Plan p;
   const int64_t clusters = ceil_div(n_vec, int64_t(kBwdStagedCta) * kBwdStagedVpt);
@@ -329,9 +330,7 @@ constexpr Plan backward_staged_layout(int64_t n_vec) {
   p.staged = true;
   p.vpt = kBwdStagedVpt;
   p.cluster = pow2_at_least(clusters);
-  p.group = p.cluster > 1 ? kBwdStagedCta : pow2_at_least(ceil_div(n_vec, kBwdStagedVpt));
-  if (p.group < 32) p.group = 32;
-  p.cta = p.group;
+  p.group = p.cta = kBwdStagedCta;  // the kernel's constant, even where fewer threads would hold the row
   return p;
 }
 
@@ -410,13 +409,13 @@ inline int64_t split_rows_per_unit(int64_t rows) {
 #define RMSNORM_AT_ONCE_2_16 14
 #endif
 constexpr int64_t clusters_at_once(int cluster, int64_t per_sm) {
-  const int64_t one[5] = {kPersistentSms, RMSNORM_AT_ONCE_1_2, RMSNORM_AT_ONCE_1_4, RMSNORM_AT_ONCE_1_8,
-                          RMSNORM_AT_ONCE_1_16};
-  const int64_t two[5] = {2 * kPersistentSms, RMSNORM_AT_ONCE_2_2, RMSNORM_AT_ONCE_2_4, RMSNORM_AT_ONCE_2_8,
-                          RMSNORM_AT_ONCE_2_16};
-  int i = 0;
-  while (i < 4 && (1 << i) < cluster) ++i;
-  return per_sm >= 2 ? two[i] : one[i];
+  // [one or two CTAs a multiprocessor][clusters of 1, 2, 4, 8, 16 CTAs]
+  const int64_t fit[2][5] = {
+      {kPersistentSms, RMSNORM_AT_ONCE_1_2, RMSNORM_AT_ONCE_1_4, RMSNORM_AT_ONCE_1_8, RMSNORM_AT_ONCE_1_16},
+      {2 * kPersistentSms, RMSNORM_AT_ONCE_2_2, RMSNORM_AT_ONCE_2_4, RMSNORM_AT_ONCE_2_8, RMSNORM_AT_ONCE_2_16}};
+  int log2 = 0;
+  while (log2 < 4 && (1 << log2) < cluster) ++log2;
+  return fit[per_sm >= 2 ? 1 : 0][log2];
 }
 
 // Row units of the persistent backward grid; each writes one float row of grad_weight partial

@@ -7,8 +7,7 @@
 // and the weight start on 16-byte boundaries and every row stride keeps them there.
 #pragma once
 
-#include <mutex>
-#include <vector>
+#include <type_traits>
 
 #include "rmsnorm_cuda.h"
 #include "rmsnorm_device.cuh"
@@ -105,15 +104,25 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 }
 
 // y = x * inv_rms * w for long rows, one row (or, with kCluster, one slab of a cluster's row) a
-// CTA: each thread copies its vectors j = (rank * kVpt + v) * blockDim.x + t into shared memory with
-// cp.async (nothing held in registers meanwhile, so shared memory bounds the bytes in flight: several
-// CTAs a multiprocessor), waits for its own copies, reads them back to add the squares (v, then the
-// vector's elements, in order), and again to write y (the weight of its columns loaded with each
-// row's y, or, for 4-byte elements, once before the first row: plan::FwdStagedHoldW). A thread reads
-// only what it copied: no barrier guards the tile. The row's sum comes from dev::group_sum over the
-// CTA (and the cluster).
+// CTA of plan::kFwdStagedCta threads: each thread copies its vectors j = (rank * kVpt + v) * kGroup + t
+// into shared memory with cp.async (nothing held in registers meanwhile, so shared memory bounds the
+// bytes in flight: several CTAs a multiprocessor), waits for its own copies, reads them back to add
+// the squares (v, then the vector's elements, in order), and again to write y (the weight of its
+// columns loaded with each row's y, or, for 4-byte elements, once before the first row:
+// plan::FwdStagedHoldW). A thread reads only what it copied: no barrier guards the tile. The row's
+// sum comes from dev::group_sum over the CTA (and the cluster). The CTA size is a constant (every
+// staged plan's, plan::staged_layout), so a thread's vectors sit at fixed offsets from one address
+// in shared memory and one in each tensor; each pass over them has a version without bounds checks,
+// taken by every thread whose vectors are all inside the row (all but those of the row's last CTA).
+// That took about a third of the instructions out of a row (SASS, sm_90a, bfloat16: the staged
+// backward's loop 1,088 to about 735 a thread, the forward's y pass 65 to 43 a vector), and on the
+// H200 (one run of benchmarks/variants.py, users' path, fraction of the copy, against the CTA size
+// read at run time before) bfloat16 N = 64K / 128K / 256K from 0.76 / 0.75 / 0.71 to 0.80 / 0.79 /
+// 0.73 forward and from 0.74 / 0.72 / 0.64 to 0.75 / 0.76 / 0.68 backward, float32 backward at 16K
+// from 0.76 to 0.81. The staged backward had been issuing instructions as fast as its 16 warps a
+// multiprocessor could (top stall "not selected").
 template <typename T, typename W, int kVpt, bool kCluster>
-__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T)>::value)
+__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
                       int64_t x_row_stride,
                       const W* __restrict__ weight,  // [n]
@@ -121,10 +130,12 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
                       float* __restrict__ inv_rms,   // [rows]
                       int64_t rows, int64_t n, float eps) {
   constexpr int kVec = vec_of<T>();
+  constexpr int kGroup = plan::kFwdStagedCta;  // blockDim.x
+  constexpr int kStep = kGroup * kVec;         // elements from a thread's vector v to its v + 1
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
-  extern __shared__ uint4 tile[];  // [kVpt][blockDim.x]: vector v of thread t at v * blockDim.x + t
+  extern __shared__ uint4 tile[];  // [kVpt][kGroup]: vector v of thread t at v * kGroup + t
   __shared__ dev::ReduceSlots slots;
   unsigned int rank = 0, cluster_size = 1;
   if constexpr (kCluster) {
@@ -133,12 +144,17 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
     cluster_size = cluster.num_blocks();
   }
   dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
-  const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
-  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int first_vec = static_cast<int>(rank) * kVpt * kGroup + lane;
+  // This thread's vectors inside the row: the first `count`; all kVpt of them (full) but in the CTA
+  // that holds the row's end.
+  const int count = first_vec < n_vec ? (n_vec - first_vec + kGroup - 1) / kGroup : 0;
+  const bool full = count >= kVpt;
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
+  uint4* const mine = tile + lane;                  // this thread's vector v at mine[v * kGroup]
+  const int64_t first = int64_t(first_vec) * kVec;  // its first element's column
   // (not at twice the vectors a thread, only past a 16-CTA cluster: 32 more registers would spill)
   constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && kVpt <= plan::kFwdStagedVpt;
   dev::wait_for_previous_grid();
@@ -147,24 +163,24 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   if constexpr (kHoldW) {
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) dev::load16(wv[v], weight + j * kVec);
+      if (v < count) dev::load16(wv[v], weight + first + v * kStep);
     }
   }
-  int parity = 0;
-  for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
-    const T* xr = x + row * x_row_stride;
+  // The three passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
+  auto copy_in = [&](auto full_tag, const T* xr) {
+    constexpr bool kFull = decltype(full_tag)::value;
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) dev::cp_async16(&tile[v * group + lane], xr + j * kVec);
+      if (kFull || v < count) dev::cp_async16(&mine[v * kGroup], xr + v * kStep);
     }
-    dev::cp_async_wait_all();
+  };
+  auto squares = [&](auto full_tag) {
+    constexpr bool kFull = decltype(full_tag)::value;
     float ss = 0.f;
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      if (first_vec + v * group < n_vec) {
-        const V xv = *reinterpret_cast<const V*>(&tile[v * group + lane]);
+      if (kFull || v < count) {
+        const V xv = *reinterpret_cast<const V*>(&mine[v * kGroup]);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const float a = dev::to_acc(xv.v[k]);
@@ -172,23 +188,44 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
         }
       }
     }
-    ss = dev::group_sum<kCluster>(ss, group, parity, slots, entry);
-    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
-    if (lane == 0 && rank == 0) inv_rms[row] = inv;
-    T* yr = y + row * n;
+    return ss;
+  };
+  auto write = [&](auto full_tag, T* yr, float inv) {
+    constexpr bool kFull = decltype(full_tag)::value;
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) {
-        const V xv = *reinterpret_cast<const V*>(&tile[v * group + lane]);
+      if (kFull || v < count) {
+        const V xv = *reinterpret_cast<const V*>(&mine[v * kGroup]);
         VW w;
         if constexpr (kHoldW) {
           w = wv[v];
         } else {
-          dev::load16(w, weight + j * kVec);
+          dev::load16(w, weight + first + v * kStep);
         }
-        dev::store16(yr + j * kVec, dev::scaled16(xv, inv, w));
+        dev::store16(yr + v * kStep, dev::scaled16(xv, inv, w));
       }
+    }
+  };
+  constexpr std::true_type all{};
+  constexpr std::false_type some{};
+  int parity = 0;
+  for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
+    const T* xr = x + row * x_row_stride + first;
+    if (full) {
+      copy_in(all, xr);
+    } else {
+      copy_in(some, xr);
+    }
+    dev::cp_async_wait_all();
+    float ss = full ? squares(all) : squares(some);
+    ss = dev::group_sum<kCluster>(ss, kGroup, parity, slots, entry);
+    const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
+    if (lane == 0 && rank == 0) inv_rms[row] = inv;
+    T* yr = y + row * n + first;
+    if (full) {
+      write(all, yr, inv);
+    } else {
+      write(some, yr, inv);
     }
   }
 }
@@ -362,14 +399,15 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
-// grad_x and grad_weight's partial sums, as bwd_kernel, for long rows: a persistent CTA (one slab
-// of a cluster's row with kCluster) walks rows unit, unit + units, ...; while it reduces and writes
-// one row, the next plan::kBwdStages - 1 rows' grad_out and x are on their way into the other
-// shared-memory stages (cp.async). Thread t owns vectors j = (rank * kVpt + v) * blockDim.x + t, in
-// every stage, and their columns' grad_weight sums (registers or shared memory:
-// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's
-// dot product (v, then the vector's elements, in order) comes from dev::group_sum; grad_weight's
-// sums go to partial[unit, :] at the end.
+// grad_x and grad_weight's partial sums, as bwd_kernel, for long rows: a persistent CTA of
+// plan::kBwdStagedCta threads (one slab of a cluster's row with kCluster) walks rows unit, unit + units,
+// ...; while it reduces and writes one row, the next plan::kBwdStages - 1 rows' grad_out and x are on
+// their way into the other shared-memory stages (cp.async). Thread t owns vectors j = (rank * kVpt + v)
+// * kGroup + t, in every stage, and their columns' grad_weight sums (registers or shared memory:
+// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's dot
+// product (v, then the vector's elements, in order) comes from dev::group_sum; grad_weight's sums go
+// to partial[unit, :] at the end. As in fwd_staged_kernel, the CTA size is a constant and each pass
+// over a thread's vectors has a version without bounds checks.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: every register to it
     bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
@@ -382,10 +420,13 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
                       float* __restrict__ partial,        // [units, n]
                       int64_t rows, int64_t n) {
   constexpr int kVec = vec_of<T>();
+  constexpr int kGroup = plan::kBwdStagedCta;  // blockDim.x
+  constexpr int kStep = kGroup * kVec;         // elements from a thread's vector v to its v + 1
+  constexpr int kTile = kVpt * kGroup;         // vectors of one tensor's slab in a stage
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
-  // [2 stages][grad_out, x][kVpt][blockDim.x] vectors, then [kVpt][kVec][blockDim.x] float sums
+  // [kStages][grad_out, x][kVpt][kGroup] vectors, then [kVpt][kVec][kGroup] float sums
   extern __shared__ uint4 staged[];
   __shared__ dev::ReduceSlots slots;
   unsigned int rank = 0, cluster_size = 1;
@@ -395,47 +436,96 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     cluster_size = cluster.num_blocks();
   }
   dev::ClusterEntry<kCluster> entry(slots);  // arrive: this CTA has entered (group_sum waits before a remote write)
-  const int group = blockDim.x;
   const int lane = threadIdx.x;
   const int n_vec = static_cast<int>(n / kVec);  // a planned row has at most 2^17 vectors
-  const int first_vec = static_cast<int>(rank) * kVpt * group + lane;
+  const int first_vec = static_cast<int>(rank) * kVpt * kGroup + lane;
+  // This thread's vectors inside the row: the first `count`; all kVpt of them (full) but in the CTA
+  // that holds the row's end.
+  const int count = first_vec < n_vec ? (n_vec - first_vec + kGroup - 1) / kGroup : 0;
+  const bool full = count >= kVpt;
+  const int64_t first = int64_t(first_vec) * kVec;  // the first element's column
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
   constexpr bool kHold = plan::BwdStagedHold<sizeof(T)>::value;
   constexpr int kStages = plan::kBwdStages;
+  uint4* const mine = staged + lane;  // stage s: grad_out's vector v at mine[2 s kTile + v kGroup], x's kTile on
+  auto inside = [&](int v) { return v < count; };
   // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
   // sums in shared memory after the stages and the weight loaded with each row.
   float held[kHold ? kVpt * kVec : 1];
   VW wv[kHold ? kVpt : 1] = {};  // loaded before the first row for the vectors inside it; only those are read
-  float* shared_acc = reinterpret_cast<float*>(staged + 2 * kStages * kVpt * group);
+  float* const shared_acc = reinterpret_cast<float*>(staged + 2 * kStages * kTile) + lane;
   auto acc = [&](int i) -> float& {
     if constexpr (kHold) {
       return held[i];
     } else {
-      return shared_acc[i * group + lane];
+      return shared_acc[i * kGroup];
     }
   };
 #pragma unroll
   for (int i = 0; i < kVpt * kVec; ++i) acc(i) = 0.f;
-  auto weight_of = [&](int v, int j) {
+  auto weight_of = [&](int v) {
     if constexpr (kHold) {
       return wv[v];
     } else {
       VW w;
-      dev::load16(w, weight + j * kVec);
+      dev::load16(w, weight + first + v * kStep);
       return w;
     }
   };
-  auto fetch = [&](int64_t row, int stage) {
-    uint4* dys = staged + (stage * 2) * kVpt * group;
-    uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
+  // The passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
+  auto fetch = [&](auto full_tag, int64_t row, int stage) {
+    constexpr bool kFull = decltype(full_tag)::value;
+    uint4* const dys = mine + (stage * 2) * kTile;
+    const T* const dyr = dy + row * dy_row_stride + first;
+    const T* const xr = x + row * x_row_stride + first;
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) {
-        dev::cp_async16(&dys[v * group + lane], dy + row * dy_row_stride + j * kVec);
-        dev::cp_async16(&xs[v * group + lane], x + row * x_row_stride + j * kVec);
+      if (kFull || inside(v)) {
+        dev::cp_async16(&dys[v * kGroup], dyr + v * kStep);
+        dev::cp_async16(&dys[kTile + v * kGroup], xr + v * kStep);
       }
+    }
+  };
+  auto dot_of = [&](auto full_tag, const uint4* dys) {
+    constexpr bool kFull = decltype(full_tag)::value;
+    float dot = 0.f;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      if (kFull || inside(v)) {
+        const V dv = *reinterpret_cast<const V*>(&dys[v * kGroup]);
+        const V xv = *reinterpret_cast<const V*>(&dys[kTile + v * kGroup]);
+        dot = dev::add_gwx16(dot, dv, weight_of(v), xv);
+      }
+    }
+    return dot;
+  };
+  auto write = [&](auto full_tag, const uint4* dys, T* dxr, float inv, float c) {
+    constexpr bool kFull = decltype(full_tag)::value;
+#pragma unroll
+    for (int v = 0; v < kVpt; ++v) {
+      if (kFull || inside(v)) {
+        const V dv = *reinterpret_cast<const V*>(&dys[v * kGroup]);
+        const V xv = *reinterpret_cast<const V*>(&dys[kTile + v * kGroup]);
+        const VW w = weight_of(v);
+        V out;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
+          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
+          acc(v * kVec + k) += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
+        }
+        dev::store16(dxr + v * kStep, out);
+      }
+    }
+  };
+  constexpr std::true_type all{};
+  constexpr std::false_type some{};
+  auto fetch_row = [&](int64_t row, int stage) {
+    if (full) {
+      fetch(all, row, stage);
+    } else {
+      fetch(some, row, stage);
     }
     dev::cp_async_commit();
   };
@@ -444,7 +534,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   for (int s = 0; s < kStages - 1; ++s) {
     const int64_t row = unit + s * units;
     if (row < rows) {
-      fetch(row, s);
+      fetch_row(row, s);
     } else {
       dev::cp_async_commit();
     }
@@ -452,8 +542,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   if constexpr (kHold) {
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) dev::load16(wv[v], weight + j * kVec);
+      if (inside(v)) dev::load16(wv[v], weight + first + v * kStep);
     }
   }
   int stage = 0, parity = 0;
@@ -462,56 +551,33 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     // only its own vectors there): then kStages - 1 groups may stay in flight, and this row's has landed.
     const int64_t ahead = row + (kStages - 1) * units;
     if (ahead < rows) {
-      fetch(ahead, stage == 0 ? kStages - 1 : stage - 1);
+      fetch_row(ahead, stage == 0 ? kStages - 1 : stage - 1);
     } else {
       dev::cp_async_commit();  // an empty group: the wait below still leaves this row's landed
     }
+    const float inv = inv_rms[row];  // on its way while this row's copies land
     dev::cp_async_wait_pending<kStages - 1>();
-    const uint4* dys = staged + (stage * 2) * kVpt * group;
-    const uint4* xs = staged + (stage * 2 + 1) * kVpt * group;
-    const float inv = inv_rms[row];
-    float dot = 0.f;
-#pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) {
-        const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
-        const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
-        dot = dev::add_gwx16(dot, dv, weight_of(v, j), xv);
-      }
-    }
-    dot = dev::group_sum<kCluster>(dot, group, parity, slots, entry);
+    const uint4* const dys = mine + (stage * 2) * kTile;
+    float dot = full ? dot_of(all, dys) : dot_of(some, dys);
+    dot = dev::group_sum<kCluster>(dot, kGroup, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
-    T* dxr = dx + row * n;
-#pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      const int j = first_vec + v * group;
-      if (j < n_vec) {
-        const V dv = *reinterpret_cast<const V*>(&dys[v * group + lane]);
-        const V xv = *reinterpret_cast<const V*>(&xs[v * group + lane]);
-        const VW w = weight_of(v, j);
-        V out;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
-          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
-          acc(v * kVec + k) += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
-        }
-        dev::store16(dxr + j * kVec, out);
-      }
+    T* const dxr = dx + row * n + first;
+    if (full) {
+      write(all, dys, dxr, inv, c);
+    } else {
+      write(some, dys, dxr, inv, c);
     }
   }
   dev::cp_async_wait_pending<0>();
   if (RMSNORM_DW_PDL) dev::let_next_grid_start();
-  float* pr = partial + unit * n;  // unit < 2^20, n < 2^20
+  float* const pr = partial + unit * n + first;  // unit < 2^20, n < 2^20
 #pragma unroll
   for (int v = 0; v < kVpt; ++v) {
-    const int j = first_vec + v * group;
-    if (j < n_vec) {
+    if (inside(v)) {
       dev::Vec16<float, kVec> out;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) out.v[k] = acc(v * kVec + k);
-      dev::store16(pr + j * kVec, out);
+      dev::store16(pr + v * kStep, out);
     }
   }
 }
@@ -521,64 +587,14 @@ inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
   return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
 }
 
-// Set a kernel's function attribute once per kernel, device and value (cudaFuncSetAttribute on
-// every launch costs host time that decode-sized calls notice). Keyed by the kernel's address:
-// kernels of one signature are different functions.
-inline void set_attribute_once(const void* kernel, cudaFuncAttribute attribute, int value) {
-  struct Set {
-    const void* kernel;
-    int device;
-    cudaFuncAttribute attribute;
-    int value;
-  };
-  static std::mutex mutex;
-  static std::vector<Set> done;
-  int device = 0;
-  cudaGetDevice(&device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const Set& s : done) {
-    if (s.kernel == kernel && s.device == device && s.attribute == attribute && s.value == value) return;
-  }
-  cudaFuncSetAttribute(kernel, attribute, value);
-  done.push_back({kernel, device, attribute, value});
-}
-
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
 // pdl: allow it to start while the kernel before it finishes (dev::wait_for_previous_grid).
-// Returns cudaLaunchKernelEx's error: it is returned, not left for cudaGetLastError (an empty grid
-// launched this way raised nothing through the binding's launch check on the H200, issue 25).
 template <bool kCluster, typename Kernel, typename... Args>
 cudaError_t launch(Kernel kernel, const plan::Plan& p, int64_t units, size_t smem, bool pdl, cudaStream_t stream,
-            Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned int>(units * p.cluster));
-  config.blockDim = dim3(static_cast<unsigned int>(p.cta));
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[2];
-  unsigned int count = 0;
-  if constexpr (kCluster) {
-    if (p.cluster > plan::kMaxPortableCluster) {
-      set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    }
-    attribute[count].id = cudaLaunchAttributeClusterDimension;
-    attribute[count].val.clusterDim.x = static_cast<unsigned int>(p.cluster);
-    attribute[count].val.clusterDim.y = 1;
-    attribute[count].val.clusterDim.z = 1;
-    ++count;
-  }
-  if (pdl && RMSNORM_PDL) {
-    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  config.attrs = attribute;
-  config.numAttrs = count;
-  if (smem > 48 * 1024) {
-    set_attribute_once(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       static_cast<int>(smem));
-  }
-  return cudaLaunchKernelEx(&config, kernel, args...);
+                   Args... args) {
+  return dev::launch_kernel(kernel, dim3(static_cast<unsigned int>(units * p.cluster)),
+                            dim3(static_cast<unsigned int>(p.cta)), smem, kCluster ? p.cluster : 0, pdl, stream,
+                            args...);
 }
 
 template <typename T, typename W, bool kCluster>

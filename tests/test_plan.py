@@ -104,9 +104,10 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
         assert group & (group - 1) == 0 and 1 <= group <= 1024, where
         assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
         if staged:  # the CTA's slab of the row (rows of two tensors, and float sums unless held, backward) in
-            # shared memory: under the 227 KB a CTA may have; one row a CTA of at most the plan's staged size
-            limit = staged_cta["fwd_cta"] if dir_ == "fwd" else staged_cta["bwd_cta"]
-            assert cta == group <= limit and 0 < smem <= 227 * 1024, f"{where}: {smem} bytes of shared memory"
+            # shared memory: under the 227 KB a CTA may have; one row a CTA of the staged size, a constant of
+            # the staged kernels
+            size = staged_cta["fwd_cta"] if dir_ == "fwd" else staged_cta["bwd_cta"]
+            assert cta == group == size and 0 < smem <= 227 * 1024, f"{where}: {smem} bytes of shared memory"
         assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
         assert cluster & (cluster - 1) == 0 and cluster <= 16, where
         assert cluster == 1 or cta == group, where  # one row per CTA of a cluster
