@@ -112,18 +112,20 @@ class RMSNorm(torch.nn.Module):
         n = 1
         for s in self.normalized_shape:
             n *= s
-        flat = x.reshape(*x.shape[: x.dim() - k], n)
+        # Over the last dimension (k == 1, the usual case) the operator takes x and the weight as they
+        # are: no reshapes, whose views would each add a node that autograd runs on the way back.
+        flat = x if k == 1 else x.reshape(*x.shape[: x.dim() - k], n)
         if self.weight is None:
             weight = torch.ones(n, dtype=x.dtype, device=x.device)
         else:
-            weight = self.weight.reshape(n)
+            weight = self.weight if k == 1 else self.weight.reshape(n)
             if weight.dtype != x.dtype and weight.dtype != torch.float32:
                 weight = weight.to(x.dtype)
         y = rms_norm(flat, weight, eps)
         if self.weight is not None and self.weight.dtype != x.dtype:
             # torch.nn.RMSNorm returns the promoted dtype of input and weight.
             y = y.to(torch.promote_types(x.dtype, self.weight.dtype))
-        return y.reshape(x.shape)
+        return y if k == 1 else y.reshape(x.shape)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -81,6 +81,25 @@ def test_backward_through_the_module_runs_the_backward_operator_and_nothing_else
     assert work == ["rmsnorm.backward.default"], f"backward through RMSNorm ran {work}"
 
 
+@pytest.mark.parametrize("shape", ((8, 64), (2, 3, 64), (64,)), ids=str)
+def test_the_module_hands_its_operator_x_and_the_weight_as_they_are(shape):
+    # Over one trailing dimension the module calls the operator on x and its weight directly: a view
+    # of either, or of y, would be one more node for autograd to run, host time on every backward.
+    # With the three it had, a backward through the module took 129-180 us of host time on the H200's
+    # host, more than the GPU took to flush L2 and run it, so the bench timed the host; without, 89-112
+    # (benchmarks/users-path-gap-h200.txt).
+    norm = RMSNorm(64)
+    x = torch.randn(*shape, requires_grad=True)
+    ran = _ops_during(lambda: norm(x))
+    # (the detach is autograd's, saving the operator's inv_rms for the backward)
+    assert [op for op in ran if op != "aten.detach.default"] == ["rmsnorm.forward.default"], ran
+    y = norm(x)
+    assert y.shape == x.shape
+    # y is the operator's output, and its node's inputs are x's and the weight's accumulators
+    assert "RMSNormFunction" in y.grad_fn.name(), y.grad_fn.name()
+    assert [type(f).__name__ for f, _ in y.grad_fn.next_functions] == ["AccumulateGrad"] * 2
+
+
 def test_the_gradient_of_inv_rms_still_reaches_x():
     # The one caller that differentiates inv_rms: its term is added to grad_x (gradcheck of both
     # outputs above checks the values; here, that the term is not dropped when y's gradient is
