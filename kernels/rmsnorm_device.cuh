@@ -6,6 +6,7 @@
 #include <cooperative_groups.h>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -160,6 +161,15 @@ __device__ __forceinline__ void let_next_grid_start() {
 #if RMSNORM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// A pass of the staged kernels over a thread's vectors, f(extent, args...), run in its version
+// without bounds checks (extent std::true_type) when full, every vector inside the row, else in its
+// checked one (std::false_type). Both versions are compiled; the choice is one branch a call.
+template <typename F, typename... Args>
+__device__ __forceinline__ auto with_extent(bool full, F& f, Args... args) {
+  if (full) return f(std::true_type{}, args...);
+  return f(std::false_type{}, args...);
 }
 
 // All-zero bits: 0.0 in every floating type used here.

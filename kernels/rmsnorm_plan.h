@@ -60,6 +60,17 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 #define RMSNORM_FWD_STAGED_VPT 8
 #endif
 constexpr int64_t kFwdStagedFrom = RMSNORM_FWD_STAGED_FROM;
+// The staged kernels' CTA size is a compile-time constant (every staged plan's, staged_layout and
+// backward_staged_layout), so a thread's vectors sit at fixed offsets from one address in shared
+// memory and one in each tensor, and each pass over them has a version without bounds checks, taken by
+// every thread whose vectors are all inside the row (all but those of the row's last CTA). That took
+// about a third of the instructions out of a row (SASS, sm_90a, bfloat16: the staged backward's loop
+// 1,088 to about 735 a thread, the forward's y pass 65 to 43 a vector), and on the H200 (one run of
+// benchmarks/variants.py, users' path, fraction of the copy, against the CTA size read at run time
+// before) bfloat16 N = 64K / 128K / 256K from 0.76 / 0.75 / 0.71 to 0.80 / 0.79 / 0.73 forward and from
+// 0.74 / 0.72 / 0.64 to 0.75 / 0.76 / 0.68 backward, float32 backward at 16K from 0.76 to 0.81. The
+// staged backward had been issuing instructions as fast as its 16 warps a multiprocessor could (top
+// stall "not selected").
 constexpr int kFwdStagedCta = RMSNORM_FWD_STAGED_CTA;
 constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
 // The staged forward's weight: held in registers from the kernel's start, each CTA loading its
@@ -77,12 +88,31 @@ template <int kElementBytes>
 struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
   static constexpr bool value = RMSNORM_FWD_STAGED_HOLD_W > 0 && kElementBytes >= RMSNORM_FWD_STAGED_HOLD_W;
 };
+// CTAs a multiprocessor the forward kernels may hold at most (0: as many as their registers and
+// shared memory allow): RMSNORM_FWD_STAGED_PER_SM for the staged forward, RMSNORM_FWD_PER_SM for the
+// register forward; a cap asks for more shared memory than the kernel uses (forward_smem_bytes). Fewer
+// CTAs, a shorter last wave: on the H200 (one run of benchmarks/variants.py, users' path, forward as a
+// fraction of the copy, caps against none) the staged forward lost at every cap, bfloat16 N = 64K 0.80
+// uncapped, 0.79 / 0.77 / 0.71 at 4 / 3 / 2 CTAs (256K 0.72, 0.71 / 0.67 / 0.58; float32 128K 0.85,
+// 0.85 / 0.81 / 0.72), and one register-forward CTA a multiprocessor (Liger-Kernel's one program a
+// row of 16 warps) took N = 16K from 0.87 to 0.53 (bfloat16) and 0.91 to 0.62 (float32): the bytes
+// in flight, not the last wave, bound these rows.
+#ifndef RMSNORM_FWD_STAGED_PER_SM
+#define RMSNORM_FWD_STAGED_PER_SM 0
+#endif
+#ifndef RMSNORM_FWD_PER_SM
+#define RMSNORM_FWD_PER_SM 0
+#endif
+constexpr int64_t kSmemPerSm = 228 * 1024;     // an sm_90 multiprocessor's shared memory
+constexpr int64_t kSmemPerCtaSpare = 2 * 1024;  // a CTA's reserved 1 KB and its static slots
 // CTAs a multiprocessor that the staged forward's registers must allow (its shared memory allows 6,
 // or 3 at twice the vectors a thread, where 80 registers still spill 16-24 bytes: a few loads and
 // stores a row, on a path only rows past a 16-CTA cluster take with the split forward turned off).
 template <int kElementBytes, int kVpt>
 struct FwdStagedCtasPerSm {
-  static constexpr int value = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
+  static constexpr int smem = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
+  static constexpr int value = RMSNORM_FWD_STAGED_PER_SM > 0 && RMSNORM_FWD_STAGED_PER_SM < smem
+                                   ? RMSNORM_FWD_STAGED_PER_SM : smem;
 };
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
@@ -356,6 +386,15 @@ constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
 constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
   const bool held = bwd_staged_holds(16 / vec);  // vec elements of 16 / vec bytes in a vector
   return p.staged ? int64_t(p.group) * p.vpt * (kBwdStages * 2 * 16 + (held ? 0 : vec * 4)) : 0;
+}
+
+// Dynamic shared memory a forward CTA of plan p asks for: its staged slab, or, where the build caps
+// the CTAs a multiprocessor holds, enough that no more fit.
+inline int64_t forward_smem_bytes(const Plan& p) {
+  const int64_t used = p.forward_staged_bytes();
+  const int per_sm = p.split ? 0 : p.staged ? RMSNORM_FWD_STAGED_PER_SM : RMSNORM_FWD_PER_SM;
+  const int64_t cap = per_sm > 0 ? kSmemPerSm / per_sm - kSmemPerCtaSpare : 0;
+  return used > cap ? used : cap;
 }
 
 // Row units of the forward grid (a unit is one CTA, or one cluster; it handles cta / group rows).

@@ -103,24 +103,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
-// y = x * inv_rms * w for long rows, one row (or, with kCluster, one slab of a cluster's row) a
-// CTA of plan::kFwdStagedCta threads: each thread copies its vectors j = (rank * kVpt + v) * kGroup + t
-// into shared memory with cp.async (nothing held in registers meanwhile, so shared memory bounds the
-// bytes in flight: several CTAs a multiprocessor), waits for its own copies, reads them back to add
-// the squares (v, then the vector's elements, in order), and again to write y (the weight of its
-// columns loaded with each row's y, or, for 4-byte elements, once before the first row:
-// plan::FwdStagedHoldW). A thread reads only what it copied: no barrier guards the tile. The row's
-// sum comes from dev::group_sum over the CTA (and the cluster). The CTA size is a constant (every
-// staged plan's, plan::staged_layout), so a thread's vectors sit at fixed offsets from one address
-// in shared memory and one in each tensor; each pass over them has a version without bounds checks,
-// taken by every thread whose vectors are all inside the row (all but those of the row's last CTA).
-// That took about a third of the instructions out of a row (SASS, sm_90a, bfloat16: the staged
-// backward's loop 1,088 to about 735 a thread, the forward's y pass 65 to 43 a vector), and on the
-// H200 (one run of benchmarks/variants.py, users' path, fraction of the copy, against the CTA size
-// read at run time before) bfloat16 N = 64K / 128K / 256K from 0.76 / 0.75 / 0.71 to 0.80 / 0.79 /
-// 0.73 forward and from 0.74 / 0.72 / 0.64 to 0.75 / 0.76 / 0.68 backward, float32 backward at 16K
-// from 0.76 to 0.81. The staged backward had been issuing instructions as fast as its 16 warps a
-// multiprocessor could (top stall "not selected").
+// y = x * inv_rms * w for long rows, a row (or, with kCluster, a slab of a cluster's row) a CTA of
+// plan::kFwdStagedCta threads: thread t copies its vectors j = (rank * kVpt + v) * kGroup + t into shared
+// memory (cp.async), reads them back for the squares, then again for y. It reads only what it copied: no
+// barrier guards the tile, which no row reuses. dev::group_sum gives every thread the row's sum. Why
+// the CTA size is a constant and each pass has a version without bounds checks: plan::kFwdStagedCta.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
@@ -206,27 +193,17 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
       }
     }
   };
-  constexpr std::true_type all{};
-  constexpr std::false_type some{};
   int parity = 0;
   for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
     const T* xr = x + row * x_row_stride + first;
-    if (full) {
-      copy_in(all, xr);
-    } else {
-      copy_in(some, xr);
-    }
+    dev::with_extent(full, copy_in, xr);
     dev::cp_async_wait_all();
-    float ss = full ? squares(all) : squares(some);
+    float ss = dev::with_extent(full, squares);
     ss = dev::group_sum<kCluster>(ss, kGroup, parity, slots, entry);
     const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
     if (lane == 0 && rank == 0) inv_rms[row] = inv;
     T* yr = y + row * n + first;
-    if (full) {
-      write(all, yr, inv);
-    } else {
-      write(some, yr, inv);
-    }
+    dev::with_extent(full, write, yr, inv);
   }
 }
 
@@ -399,15 +376,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
-// grad_x and grad_weight's partial sums, as bwd_kernel, for long rows: a persistent CTA of
-// plan::kBwdStagedCta threads (one slab of a cluster's row with kCluster) walks rows unit, unit + units,
-// ...; while it reduces and writes one row, the next plan::kBwdStages - 1 rows' grad_out and x are on
-// their way into the other shared-memory stages (cp.async). Thread t owns vectors j = (rank * kVpt + v)
-// * kGroup + t, in every stage, and their columns' grad_weight sums (registers or shared memory:
-// plan::BwdStagedHold); it reads only what it copied, so no barrier guards the stages. The row's dot
-// product (v, then the vector's elements, in order) comes from dev::group_sum; grad_weight's sums go
-// to partial[unit, :] at the end. As in fwd_staged_kernel, the CTA size is a constant and each pass
-// over a thread's vectors has a version without bounds checks.
+// grad_x and grad_weight's partials as bwd_kernel, long rows: a persistent CTA of plan::kBwdStagedCta
+// threads (a slab of a cluster's row with kCluster) walks rows unit, unit + units, ...; the next
+// plan::kBwdStages - 1 rows' grad_out and x copy into the other stages (cp.async) while it writes
+// this one. Thread t owns vectors j = (rank * kVpt + v) * kGroup + t in every stage and reads only
+// those: no barrier guards the stages. dev::group_sum gives every thread the row's dot product.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: every register to it
     bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
@@ -519,14 +492,8 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       }
     }
   };
-  constexpr std::true_type all{};
-  constexpr std::false_type some{};
   auto fetch_row = [&](int64_t row, int stage) {
-    if (full) {
-      fetch(all, row, stage);
-    } else {
-      fetch(some, row, stage);
-    }
+    dev::with_extent(full, fetch, row, stage);
     dev::cp_async_commit();
   };
   // The first kStages - 1 rows' copies, one group each (an empty group past the last row).
@@ -558,15 +525,11 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     const float inv = inv_rms[row];  // on its way while this row's copies land
     dev::cp_async_wait_pending<kStages - 1>();
     const uint4* const dys = mine + (stage * 2) * kTile;
-    float dot = full ? dot_of(all, dys) : dot_of(some, dys);
+    float dot = dev::with_extent(full, dot_of, dys);
     dot = dev::group_sum<kCluster>(dot, kGroup, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
     T* const dxr = dx + row * n + first;
-    if (full) {
-      write(all, dys, dxr, inv, c);
-    } else {
-      write(some, dys, dxr, inv, c);
-    }
+    dev::with_extent(full, write, dys, dxr, inv, c);
   }
   dev::cp_async_wait_pending<0>();
   if (RMSNORM_DW_PDL) dev::let_next_grid_start();
@@ -604,11 +567,11 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
   if (p.staged) {
     constexpr int kVpt = plan::kFwdStagedVpt;
     if (p.vpt == kVpt) {
-      return launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, p.forward_staged_bytes(), true,
+      return launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, plan::forward_smem_bytes(p), true,
                               stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
     } else if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
       if (p.vpt == 2 * kVpt) {
-        return launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, p.forward_staged_bytes(),
+        return launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, plan::forward_smem_bytes(p),
                                 true, stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
       }
     }
@@ -618,8 +581,8 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
 #define RMSNORM_FWD_CASE(VPT)                                                                   \
   case VPT:                                                                                     \
     if constexpr (!kCluster || VPT == plan::kFwdClusterVpt) {                                       \
-      return launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, 0, true, stream, x,      \
-                              x_row_stride, weight, y, inv_rms, rows, n, eps, p.group);         \
+      return launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, plan::forward_smem_bytes(p), true, \
+                              stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps, p.group); \
     }                                                                                           \
     break;
     RMSNORM_FWD_CASE(1)

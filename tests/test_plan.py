@@ -16,7 +16,7 @@ using namespace rmsnorm::plan;
 static void show(const char* dir, long n_vec, const Plan& p, long rows) {
   // the shared memory a staged CTA asks for, as the launcher computes it (a 16-byte vector holds
   // 8 elements of 2 bytes, 4 of 4)
-  const long smem = dir[0] == 'f' ? long(p.forward_staged_bytes())
+  const long smem = dir[0] == 'f' ? long(forward_smem_bytes(p))
                                   : long(backward_staged_bytes(p, dir[3] == '2' ? 8 : 4));
   std::printf("%s %ld %d %d %d %d %ld %ld %d %d\n", dir, n_vec, p.group, p.vpt, p.cta, p.cluster,
               p.ok() ? (dir[0] == 'f' ? forward_units(p, rows) : backward_units(p, rows)) : 0L, smem, int(p.staged),
@@ -116,6 +116,31 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
         if dir_ != "fwd" and not staged:  # the CTA's row groups hand their grad_weight sums over in shared memory
             assert (cta // group - 1) * vpt * 8 * group * 4 <= 48 * 1024, where
     assert seen == {("fwd", False), ("fwd", True), ("fwd", "split"), ("bwd", False), ("bwd", True), ("bwd", "split")}
+
+
+# The shared memory a forward CTA asks for under a cap of CTAs a multiprocessor (RMSNORM_FWD_STAGED_PER_SM,
+# RMSNORM_FWD_PER_SM): at least what it uses, and so much that no more than the cap fit in a
+# multiprocessor's 228 KB (each CTA also holds 1 KB the hardware reserves and about 0.4 KB of static slots).
+CAPPED = (
+    '#include <cstdio>\n#include <initializer_list>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+    'int main() {\n  for (long v : {64L, 1024L, 4096L, 4097L, 8192L, 16384L, 32768L, 32769L}) {\n'
+    '    Plan p = forward_plan(v);\n'
+    '    std::printf("%ld %d %d %ld %ld\\n", v, int(p.staged), int(p.split), long(p.forward_staged_bytes()),'
+    ' long(forward_smem_bytes(p)));\n  }\n}\n')
+
+
+@pytest.mark.parametrize("per_sm", [0, 2, 3, 4])
+def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
+    defines = f"#define RMSNORM_FWD_STAGED_PER_SM {per_sm}\n#define RMSNORM_FWD_PER_SM {per_sm}\n"
+    out = _run_plan_program(tmp_path, defines + CAPPED)
+    for line in out.splitlines():
+        v, staged, split, used, asked = map(int, line.split())
+        if per_sm == 0 or split:
+            assert asked == used, line  # no cap: what the kernel uses (the split forward never capped)
+            continue
+        assert asked >= used, line
+        ctas = 228 * 1024 // (asked + 1024 + 400)
+        assert ctas == per_sm, f"{line}: {ctas} CTAs of {asked} bytes fit a multiprocessor, the cap is {per_sm}"
 
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
