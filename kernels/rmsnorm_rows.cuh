@@ -20,16 +20,18 @@ namespace rows {
 using dev::vec_of;
 
 // y = x * inv_rms * w. Row unit u (a CTA, or a cluster) handles rows u * R + group_index for
-// R = blockDim.x / group, then strides by the number of units.
-template <typename T, typename W, int kVpt, bool kCluster>
+// R = blockDim.x / group, then strides by the number of units. kGroup: the row group as a
+// compile-time constant (plan::FixedGroup), or 0 to take run_group.
+template <typename T, typename W, int kVpt, bool kCluster, int kGroup>
 __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     fwd_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
                int64_t x_row_stride,
                const W* __restrict__ weight,  // [n]
                T* __restrict__ y,             // [rows, n]
                float* __restrict__ inv_rms,   // [rows]
-               int64_t rows, int64_t n, float eps, int group) {
+               int64_t rows, int64_t n, float eps, int run_group) {
   constexpr int kVec = vec_of<T>();
+  const int group = kGroup > 0 ? kGroup : run_group;
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   // The weight is loaded with x (before the row's reduction, so its latency hides behind x's)
@@ -209,8 +211,9 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
 
 // grad_x = inv * (g - x * inv^2 * sum(g * x) / n) with g = grad_out * w, and grad_weight's
 // partial sums of grad_out * x * inv over the rows of this unit, kept in registers per column,
-// added over the CTA's row groups in group order and written as partial[unit, :].
-template <typename T, typename W, int kVpt, bool kCluster>
+// added over the CTA's row groups in group order and written as partial[unit, :]. kGroup: the row
+// group as a compile-time constant (plan::FixedGroup), or 0 to take run_group.
+template <typename T, typename W, int kVpt, bool kCluster, int kGroup>
 __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     bwd_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
                int64_t dy_row_stride,
@@ -220,8 +223,9 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
                const float* __restrict__ inv_rms,   // [rows]
                T* __restrict__ dx,                  // [rows, n]
                float* __restrict__ partial,         // [units, n]
-               int64_t rows, int64_t n, int group) {
+               int64_t rows, int64_t n, int run_group) {
   constexpr int kVec = vec_of<T>();
+  const int group = kGroup > 0 ? kGroup : run_group;
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   extern __shared__ float dw_scratch[];  // [per_unit - 1][kVpt * kVec][group]
@@ -550,6 +554,30 @@ inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
   return static_cast<size_t>(p.cta / p.group - 1) * p.vpt * vec * p.group * sizeof(float);
 }
 
+// The row groups a launcher has kernels for with the group fixed at compile time.
+template <int... kGroups>
+struct Groups {};
+
+// go(kernel(vpt, group)) for the kernel whose compile-time group is the plan's group (when it is one
+// of kGroups and plan::FixedGroup allows it), else for the one that reads the group at run time
+// (group 0).
+template <typename Vpt, typename Kernel, typename Go, int... kGroups>
+cudaError_t with_group(int group, Vpt vpt, Kernel kernel, Go go, Groups<kGroups...>) {
+  cudaError_t result = cudaErrorInvalidValue;
+  bool done = false;
+  auto one = [&](auto group_tag) {
+    constexpr int kGroup = decltype(group_tag)::value;
+    if constexpr (plan::FixedGroup<kGroup>::value) {
+      if (!done && group == kGroup) {
+        result = go(kernel(vpt, group_tag));
+        done = true;
+      }
+    }
+  };
+  (one(std::integral_constant<int, kGroups>{}), ...);
+  return done ? result : go(kernel(vpt, std::integral_constant<int, 0>{}));
+}
+
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
 // pdl: allow it to start while the kernel before it finishes (dev::wait_for_previous_grid).
 template <bool kCluster, typename Kernel, typename... Args>
@@ -577,21 +605,32 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
     }
     return cudaErrorInvalidValue;  // no kernel for this plan
   }
-  switch (p.vpt) {
-#define RMSNORM_FWD_CASE(VPT)                                                                   \
-  case VPT:                                                                                     \
-    if constexpr (!kCluster || VPT == plan::kFwdClusterVpt) {                                       \
-      return launch<kCluster>(fwd_kernel<T, W, VPT, kCluster>, p, units, plan::forward_smem_bytes(p), true, \
-                              stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps, p.group); \
-    }                                                                                           \
-    break;
-    RMSNORM_FWD_CASE(1)
-    RMSNORM_FWD_CASE(2)
-    RMSNORM_FWD_CASE(4)
-    RMSNORM_FWD_CASE(8)
-#undef RMSNORM_FWD_CASE
-    default:
-      break;
+  auto kernel = [](auto vpt, auto group) {
+    return fwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>;
+  };
+  auto go = [&](auto k) {
+    return launch<kCluster>(k, p, units, plan::forward_smem_bytes(p), true, stream, x, x_row_stride, weight, y,
+                            inv_rms, rows, n, eps, p.group);
+  };
+  using std::integral_constant;
+  // The groups layout() makes for each vpt (plan::kFwdPrefVpt = 4, plan::kFwdMaxVpt = 8).
+  if constexpr (kCluster) {
+    if (p.vpt == plan::kFwdClusterVpt) {
+      return with_group(p.group, integral_constant<int, plan::kFwdClusterVpt>{}, kernel, go, Groups<512, 1024>{});
+    }
+  } else {
+    switch (p.vpt) {
+      case 1:
+        return with_group(p.group, integral_constant<int, 1>{}, kernel, go, Groups<>{});
+      case 2:
+        return with_group(p.group, integral_constant<int, 2>{}, kernel, go, Groups<32>{});
+      case 4:
+        return with_group(p.group, integral_constant<int, 4>{}, kernel, go, Groups<32, 64, 128, 256, 512>{});
+      case 8:
+        return with_group(p.group, integral_constant<int, 8>{}, kernel, go, Groups<512>{});
+      default:
+        break;
+    }
   }
   return cudaErrorInvalidValue;  // no kernel for this plan
 }
@@ -611,20 +650,23 @@ cudaError_t backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, co
     return cudaErrorInvalidValue;  // no kernel for this plan
   }
   const size_t smem = bwd_scratch_bytes(p, vec_of<T>());
-  switch (p.vpt) {
-#define RMSNORM_BWD_CASE(VPT)                                                                  \
-  case VPT:                                                                                    \
-    if constexpr (!kCluster || VPT == plan::kBwdClusterVpt) {                                      \
-      return launch<kCluster>(bwd_kernel<T, W, VPT, kCluster>, p, units, smem, false, stream, dy,  \
-                              dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows,  \
-                              n, p.group);                                                         \
-    }                                                                                          \
-    break;
-    RMSNORM_BWD_CASE(1)
-    RMSNORM_BWD_CASE(2)
-#undef RMSNORM_BWD_CASE
-    default:
-      break;
+  auto kernel = [](auto vpt, auto group) {
+    return bwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>;
+  };
+  auto go = [&](auto k) {
+    return launch<kCluster>(k, p, units, smem, false, stream, dy, dy_row_stride, x, x_row_stride, weight, inv_rms,
+                            dx, partial, rows, n, p.group);
+  };
+  using std::integral_constant;
+  if constexpr (kCluster) {
+    if (p.vpt == plan::kBwdClusterVpt) {
+      return with_group(p.group, integral_constant<int, plan::kBwdClusterVpt>{}, kernel, go, Groups<512, 1024>{});
+    }
+  } else {
+    if (p.vpt == 1) return with_group(p.group, integral_constant<int, 1>{}, kernel, go, Groups<>{});
+    if (p.vpt == 2) {
+      return with_group(p.group, integral_constant<int, 2>{}, kernel, go, Groups<32, 64, 128, 256, 512>{});
+    }
   }
   return cudaErrorInvalidValue;  // no kernel for this plan
 }

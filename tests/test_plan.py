@@ -145,7 +145,7 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
-    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 16K to 256K staged) and past
+    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 32K to 256K staged) and past
     # 16,384 of 4-byte ones (float32 16K staged, 32K and 64K register clusters of 8 and 16).
     first = {}
     for dir_, n_vec, *_, split in plans:
@@ -158,8 +158,8 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
         assert p["f_split"] == (v > 32768), (v, width, p)
         assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
-        # the staged backward: 2-byte elements past 1,024 vectors to 32,768; 4-byte ones past 2,048 to 4,096
-        assert p["b_staged"] == ((1024 < v <= 32768) if width == 2 else (2048 < v <= 4096)), (v, width, p)
+        # the staged backward: 2-byte elements past 2,048 vectors to 32,768; 4-byte ones past 2,048 to 4,096
+        assert p["b_staged"] == ((2048 < v <= 32768) if width == 2 else (2048 < v <= 4096)), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
