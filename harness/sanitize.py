@@ -26,7 +26,8 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
 # of 1 to 512 threads, the staged path in clusters of 4, 8 and 16, the split path; backward: register
-# rows, a cluster of 8, the staged path in a cluster of 2 (4-byte and 2-byte elements), the split path; the fallback both ways;
+# rows, clusters of 2 to 16, the staged path in clusters of 4 and 16 (2-byte elements: no 4-byte row
+# is staged with the default thresholds), the split path; the fallback both ways;
 # misaligned and padded rows copied to aligned workspace; zero rows. Indices are kept (the mutants'
 # sanitize_paths name them): new cases go at the end.
 PATHS = (
@@ -36,7 +37,7 @@ PATHS = (
     ("float16", "float32", 64, 64, "row_step"),  # a warp a row, 2 vectors a thread; many rows a unit
     ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
     ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
-    ("float32", "float32", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: staged, a cluster of 2
+    ("float32", "float32", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: a cluster of 4
     ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged, a cluster of 4, forward and backward
     ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: 512 threads, a cluster of 16
     ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16, forward and backward
@@ -51,9 +52,15 @@ PATHS = (
     # one vector and one column (32769 vectors). (float32 at 16385 vectors, whose forward is a staged
     # cluster of 16, crashed synccheck alone with an illegal address at e9b0d20; see the README.)
     ("bfloat16", "float32", 40, 32769, "contiguous"),
-    # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 2
-    # whose second CTA holds one vector; 66 units of 2 or 3 rows, so the stages take turns.
+    # Backward: a register cluster of 4 whose third CTA holds one vector and whose fourth none (a staged
+    # cluster of 2 before c0098a7's thresholds); 140 rows.
     ("bfloat16", "float32", 140, 2049, "contiguous"),
+    # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 4
+    # whose third CTA holds one vector and whose fourth none; 30 units of 2 or 3 rows, so the stages take
+    # turns. Forward: staged, a cluster of 4 as uneven.
+    ("bfloat16", "float32", 70, 4097, "contiguous"),
+    # Backward: a register cluster of 2 (bfloat16 N = 16,384 since c0098a7's thresholds), 3 rows.
+    ("bfloat16", "bfloat16", 3, 2048, "contiguous"),
 )
 
 

@@ -145,8 +145,8 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
-    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 32K to 256K staged) and past
-    # 16,384 of 4-byte ones (float32 16K staged, 32K and 64K register clusters of 8 and 16).
+    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 64K to 256K staged) and past
+    # 16,384 of 4-byte ones (float32 16K, 32K and 64K register clusters of 4, 8 and 16).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
@@ -158,8 +158,8 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
         assert p["f_split"] == (v > 32768), (v, width, p)
         assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
-        # the staged backward: 2-byte elements past 2,048 vectors to 32,768; 4-byte ones past 2,048 to 4,096
-        assert p["b_staged"] == ((2048 < v <= 32768) if width == 2 else (2048 < v <= 4096)), (v, width, p)
+        # the staged backward: 2-byte elements past 4,096 vectors to 32,768; 4-byte ones never
+        assert p["b_staged"] == ((4096 < v <= 32768) if width == 2 else False), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -183,7 +183,7 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and of 8 and 16 backward, the staged forward and backward (the backward in clusters of 2, 4
+    forward and of 2 to 16 backward, the staged forward and backward (the backward in clusters of 4
     and 16), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
@@ -202,10 +202,11 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans if not p["b_split"]}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
-    assert {cl for g, cl, st in bwd if not st} >= {1, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
-    assert (staged_cta["bwd_cta"], 2, 1) in bwd, bwd  # the staged backward, a cluster of two
-    assert {cl for g, cl, st in bwd if st} >= {2, 4, 16}, bwd  # and of 4 and 16
-    assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast  # of both widths
+    assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
+    assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
+    assert {cl for g, cl, st in bwd if st} >= {4, 16}, bwd  # and of 16
+    # 2-byte elements: no 4-byte row is staged with the default thresholds
+    assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2}, fast
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
@@ -252,10 +253,10 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
              and cases[i].rows > plan[i]["b_units"] * plan[i]["b_unit_groups"]]
     assert twice, {i: plan.get(i) for i in chosen["fast_slots_single_buffered"]}
     assert all(i in plan and plan[i]["f_staged"] for i in chosen["fast_staged_copy_not_awaited"])  # staged forwards
-    # staged backwards of both widths (4-byte elements' sums in shared memory, 2-byte ones' in registers)
+    # staged backwards (2-byte elements, their sums in registers), one whose units take several rows
     staged_bwd = chosen["fast_staged_bwd_copy_not_awaited"]
     assert all(i in plan and plan[i]["b_staged"] for i in staged_bwd), {i: plan.get(i) for i in staged_bwd}
-    assert {DTYPES[cases[i].dtype].itemsize for i in staged_bwd} == {2, 4}, staged_bwd
+    assert any(cases[i].rows > plan[i]["b_units"] for i in staged_bwd), staged_bwd
     # grad_weight's reduce of many partial rows (more than rmsnorm_dw.cu's kFewUnits, 64): the one with a barrier.
     assert any(i in plan and plan[i]["b_units"] > 64 for i in chosen["fast_dw_reduce_barrier_missing"]), {
         i: plan.get(i) for i in chosen["fast_dw_reduce_barrier_missing"]}
