@@ -269,3 +269,41 @@ def test_sanitize_paths_are_checked():
     for bad in ("6;7", f"{len(PATHS)}", "-1"):
         with pytest.raises(ValueError, match="path case|--paths"):
             parse_paths(bad)
+
+
+CLUSTER_VPTS = ('#include <cstdio>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
+                'int main() { std::printf("%d %d\\n", kFwdClusterVpt, kBwdClusterVpt); }\n')
+
+
+def _fixed_groups(text: str, launcher: str, cluster_vpt: int) -> set[tuple[bool, int, int]]:
+    """(cluster, vpt, group) of each register kernel the launcher `launcher` of rmsnorm_rows.cuh builds
+    with its row group fixed (its with_group calls: the kCluster branch first, then the others)."""
+    import re
+
+    body = text.split(f"cudaError_t {launcher}(const plan::Plan& p", 1)[1].split("\n}\n", 1)[0]
+    clustered, plain = body.split("if constexpr (kCluster) {", 1)[1].split("} else {", 1)
+    out = set()
+    for cluster, part in ((True, clustered), (False, plain)):
+        for vpt, groups in re.findall(r"integral_constant<int, ([\w:]+)>\{\}, kernel, go, Groups<([\d, ]*)>", part):
+            v = cluster_vpt if not vpt.isdigit() else int(vpt)
+            out |= {(cluster, v, int(g)) for g in groups.replace(" ", "").split(",") if g}
+    return out
+
+
+def test_every_register_group_of_a_warp_or_more_has_a_kernel_with_it_fixed(plans, tmp_path):
+    # plan::FixedGroup: the register kernels are built with their row group as a compile-time constant for
+    # the groups of 32 to 1024 threads their plans make with 2 or more vectors a thread (rows of 33
+    # vectors or more); a plan's group missing from the launchers' lists would run the kernel that reads
+    # it at run time (correct, and as slow as before c0098a7). Rows of 17 to 32 vectors (a warp of one
+    # vector a thread) and shorter ones (groups under a warp) still read it at run time.
+    fwd_vpt, bwd_vpt = map(int, _run_plan_program(tmp_path, CLUSTER_VPTS).split())
+    text = (ROOT / "kernels" / "rmsnorm_rows.cuh").read_text()
+    fixed = {"fwd": _fixed_groups(text, "forward", fwd_vpt), "bwd": _fixed_groups(text, "backward", bwd_vpt)}
+    assert fixed["fwd"] and fixed["bwd"], fixed
+    missing = set()
+    for dir_, n_vec, group, vpt, cta, cluster, units, smem, staged, split in plans:
+        if not (staged or split) and group >= 32 and vpt >= 2:
+            key = (cluster > 1, vpt, group)
+            if key not in fixed[dir_[:3]]:
+                missing.add((dir_[:3], *key))
+    assert not missing, f"register plans whose group no kernel has fixed (direction, cluster, vpt, group): {missing}"
