@@ -2,6 +2,7 @@
 fits the hardware; the plan is a function of the row length alone (its signature takes nothing
 else), which is what makes the fast paths batch invariant. Compiled and run as plain C++."""
 
+import re
 import shutil
 import subprocess
 
@@ -159,7 +160,7 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
         assert p["f_split"] == (v > 32768), (v, width, p)
         assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
         # the staged backward: 2-byte elements past 4,096 vectors to 32,768; 4-byte ones never
-        assert p["b_staged"] == ((4096 < v <= 32768) if width == 2 else False), (v, width, p)
+        assert p["b_staged"] == (width == 2 and 4096 < v <= 32768), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -271,34 +272,30 @@ def test_sanitize_paths_are_checked():
             parse_paths(bad)
 
 
-CLUSTER_VPTS = ('#include <cstdio>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-                'int main() { std::printf("%d %d\\n", kFwdClusterVpt, kBwdClusterVpt); }\n')
-
-
-def _fixed_groups(text: str, launcher: str, cluster_vpt: int) -> set[tuple[bool, int, int]]:
+def _fixed_groups(text: str, launcher: str, constants: dict[str, int]) -> set[tuple[bool, int, int]]:
     """(cluster, vpt, group) of each register kernel the launcher `launcher` of rmsnorm_rows.cuh builds
-    with its row group fixed (its with_group calls: the kCluster branch first, then the others)."""
-    import re
-
+    with its row group fixed (its with_group calls: the kCluster branch first, then the others); a vpt
+    spelled plan::kName is the value of kName in constants."""
     body = text.split(f"cudaError_t {launcher}(const plan::Plan& p", 1)[1].split("\n}\n", 1)[0]
     clustered, plain = body.split("if constexpr (kCluster) {", 1)[1].split("} else {", 1)
     out = set()
     for cluster, part in ((True, clustered), (False, plain)):
         for vpt, groups in re.findall(r"integral_constant<int, ([\w:]+)>\{\}, kernel, go, Groups<([\d, ]*)>", part):
-            v = cluster_vpt if not vpt.isdigit() else int(vpt)
+            v = int(vpt) if vpt.isdigit() else constants[vpt.removeprefix("plan::")]
             out |= {(cluster, v, int(g)) for g in groups.replace(" ", "").split(",") if g}
     return out
 
 
-def test_every_register_group_of_a_warp_or_more_has_a_kernel_with_it_fixed(plans, tmp_path):
+def test_every_register_group_of_a_warp_or_more_has_a_kernel_with_it_fixed(plans):
     # plan::FixedGroup: the register kernels are built with their row group as a compile-time constant for
     # the groups of 32 to 1024 threads their plans make with 2 or more vectors a thread (rows of 33
     # vectors or more); a plan's group missing from the launchers' lists would run the kernel that reads
     # it at run time (correct, and as slow as before c0098a7). Rows of 17 to 32 vectors (a warp of one
     # vector a thread) and shorter ones (groups under a warp) still read it at run time.
-    fwd_vpt, bwd_vpt = map(int, _run_plan_program(tmp_path, CLUSTER_VPTS).split())
+    constants = {name: int(value) for name, value in re.findall(
+        r"constexpr int (k\w+) = (\d+);", (ROOT / "kernels" / "rmsnorm_plan.h").read_text())}
     text = (ROOT / "kernels" / "rmsnorm_rows.cuh").read_text()
-    fixed = {"fwd": _fixed_groups(text, "forward", fwd_vpt), "bwd": _fixed_groups(text, "backward", bwd_vpt)}
+    fixed = {"fwd": _fixed_groups(text, "forward", constants), "bwd": _fixed_groups(text, "backward", constants)}
     assert fixed["fwd"] and fixed["bwd"], fixed
     missing = set()
     for dir_, n_vec, group, vpt, cta, cluster, units, smem, staged, split in plans:
