@@ -25,11 +25,11 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
-# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16, the split path; backward: register
-# rows, clusters of 2 to 16, the staged path in clusters of 4 and 16 (2-byte elements: no 4-byte row
-# is staged with the default thresholds), the split path; the fallback both ways;
-# misaligned and padded rows copied to aligned workspace; zero rows. Indices are kept (the mutants'
-# sanitize_paths name them): new cases go at the end.
+# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16 (and of 16 at twice the vectors a
+# thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in clusters
+# of 4 and 16 (2-byte elements: no 4-byte row is staged with the default thresholds), the split path;
+# the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
+# are kept (the mutants' sanitize_paths name them): new cases go at the end.
 PATHS = (
     ("float32", "float32", 3, "7e", "contiguous"),  # not whole vectors: the fallback, forward and backward
     ("float64", "float32", 2, "1000e", "transposed"),  # float64: the fallback; a transposed x copied
@@ -47,11 +47,14 @@ PATHS = (
     # (their reduction slots double-buffered by parity).
     ("float32", "float32", 2200, 128, "contiguous"),
     ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
-    ("float32", "float32", 1, 65536, "contiguous"),  # split forward (and backward)
-    # Split, both directions: the backward in two units of 32 and 8 rows; the last slice and strip have
-    # one vector and one column (32769 vectors). (float32 at 16385 vectors, whose forward is a staged
-    # cluster of 16, crashed synccheck alone with an illegal address at e9b0d20; see the README.)
-    ("bfloat16", "float32", 40, 32769, "contiguous"),
+    # Forward: staged, 16 vectors a thread in a cluster of 16 (rows past 32,768 vectors); backward: split.
+    ("float32", "float32", 1, 65536, "contiguous"),
+    # Split, both directions (rows past 65,536 vectors forward): the backward in two units of 32 and 8
+    # rows; the last slice and strip have one vector and one column (65537 vectors). (float32 at 16385
+    # vectors, whose forward is a staged cluster of 16, crashed synccheck alone with an illegal address
+    # at e9b0d20 in 40 rows; see the README. This case, 32769 vectors until the forward split past 65,536,
+    # would now be such a forward.)
+    ("bfloat16", "float32", 40, 65537, "contiguous"),
     # Backward: a register cluster of 4 whose third CTA holds one vector and whose fourth none (a staged
     # cluster of 2 before c0098a7's thresholds); 140 rows.
     ("bfloat16", "float32", 140, 2049, "contiguous"),

@@ -61,13 +61,15 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 #endif
 constexpr int64_t kFwdStagedFrom = RMSNORM_FWD_STAGED_FROM;
 // The register kernels' row group (fwd_kernel, bwd_kernel) as a compile-time constant, for the groups
-// of 32 to 1024 threads their plans make: the reduction's loops over the group's warps and each
-// vector's offset are then worked out by the compiler, not on every row. The register backward's row
-// loop at bfloat16, group 256 (SASS, sm_90a): 644 instructions with the group read at run time, 444
-// fixed. On the H200 (one run of benchmarks/variants.py, users' path, fraction of the copy, group read
-// at run time / fixed): backward bf16 N = 1K 0.85 / 0.86, 4K 0.84 / 0.85, fp32 64K (512-thread CTAs in
-// a cluster of 16) 0.78 / 0.90; forward bf16 16K 0.86 / 0.89. RMSNORM_FIXED_GROUPS=0 reads the group
-// at run time for every plan.
+// of 32 to 1024 threads with 2 or more vectors a thread that their plans make (the launchers list them;
+// one vector a thread, a row of at most 32 vectors, still reads its group at run time): the reduction's
+// loops over the group's warps and each vector's offset are then worked out by the compiler, not on every
+// row. The register backward's row loop at bfloat16, group 256 (SASS, sm_90a): 644 instructions with the
+// group read at run time, 444 fixed. On the H200 (one run of benchmarks/variants.py, users' path, fraction
+// of the copy, group read at run time / fixed, both built with a bfloat16 pair conversion that moved no
+// figure by more than 0.01 and was not kept): backward bf16 N = 1K 0.85 / 0.85, 4K 0.84 / 0.84, fp32 64K
+// (512-thread CTAs in a cluster of 16) 0.78 / 0.90; forward bf16 16K 0.86 / 0.89. RMSNORM_FIXED_GROUPS=0
+// reads the group at run time for every plan.
 #ifndef RMSNORM_FIXED_GROUPS
 #define RMSNORM_FIXED_GROUPS 1
 #endif
@@ -103,6 +105,20 @@ template <int kElementBytes>
 struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
   static constexpr bool value = RMSNORM_FWD_STAGED_HOLD_W > 0 && kElementBytes >= RMSNORM_FWD_STAGED_HOLD_W;
 };
+// The staged forward's weight where it is not held (2-byte elements): RMSNORM_FWD_STAGED_W_AHEAD 16-byte
+// words of it loaded ahead of their use, a thread's first ones with the row's copies and each next one
+// as a vector of y is written (0: each loaded where it is used). Loaded where used, the 8 loads of a
+// thread's weight were 8 L2 round trips one after another (SASS, sm_90a: the compiler, held to 40
+// registers by 6 CTAs a multiprocessor, issued each after the vector before it was stored). On the H200
+// (one run of benchmarks/variants.py, users' path, forward as a fraction of the copy, none ahead at 6
+// CTAs a multiprocessor / 2 words at 6 / 4 words at 5 / 8 words at 4): bfloat16 N = 64K 0.80 / 0.81 /
+// 0.83 / 0.81, 128K 0.79 / 0.81 / 0.82 / 0.77, 256K 0.72 / 0.75 / 0.76 / 0.70; none ahead at 5 CTAs
+// 0.80 / 0.78 / 0.71. Under Nsight Compute the bfloat16 256K forward went from 82.8 us at 61.5% of DRAM
+// throughput to 77.9 us at 65.5%. 4 words at 6 CTAs spilled 28 bytes (ptxas), so 5 (48 registers).
+#ifndef RMSNORM_FWD_STAGED_W_AHEAD
+#define RMSNORM_FWD_STAGED_W_AHEAD 4
+#endif
+constexpr int kFwdStagedWAhead = RMSNORM_FWD_STAGED_W_AHEAD;
 // CTAs a multiprocessor the forward kernels may hold at most (0: as many as their registers and
 // shared memory allow): RMSNORM_FWD_STAGED_PER_SM for the staged forward, RMSNORM_FWD_PER_SM for the
 // register forward; a cap asks for more shared memory than the kernel uses (forward_smem_bytes). Fewer
@@ -120,14 +136,17 @@ struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (pla
 #endif
 constexpr int64_t kSmemPerSm = 228 * 1024;     // an sm_90 multiprocessor's shared memory
 constexpr int64_t kSmemPerCtaSpare = 2 * 1024;  // a CTA's reserved 1 KB and its static slots
-// CTAs a multiprocessor that the staged forward's registers must allow (its shared memory allows 6,
-// or 3 at twice the vectors a thread, where 80 registers still spill 16-24 bytes: a few loads and
-// stores a row, on a path only rows past a 16-CTA cluster take with the split forward turned off).
+// CTAs a multiprocessor that the staged forward's registers must allow: its shared memory allows 6 (3 at
+// twice the vectors a thread, rows past a 16-CTA cluster of 8, where 80 registers still spill 4-8
+// bytes: a few loads and stores a row); with the weight held, 3; with more than 2 words of weight ahead
+// (kFwdStagedWAhead), 5.
 template <int kElementBytes, int kVpt>
 struct FwdStagedCtasPerSm {
-  static constexpr int smem = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3 : 6;
-  static constexpr int value = RMSNORM_FWD_STAGED_PER_SM > 0 && RMSNORM_FWD_STAGED_PER_SM < smem
-                                   ? RMSNORM_FWD_STAGED_PER_SM : smem;
+  static constexpr int fit = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3
+                             : kFwdStagedWAhead > 2                                       ? 5
+                                                                                          : 6;
+  static constexpr int value = RMSNORM_FWD_STAGED_PER_SM > 0 && RMSNORM_FWD_STAGED_PER_SM < fit
+                                   ? RMSNORM_FWD_STAGED_PER_SM : fit;
 };
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
@@ -255,10 +274,13 @@ static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 t
 // vectors, the staged backward) 0.71 to 0.56 and 32K (8192, a cluster of 8) 0.60 to 0.55: hence a
 // threshold a width. bfloat16 32K (4096 vectors) went back to the staged backward when its sums were
 // held in registers (0.48 split against 0.70-0.71, above), and 64K to 256K, and float32 32K and 64K,
-// to clusters once their grids were capped to the clusters that fit (above). The build can override
-// each (0: off).
+// to clusters once their grids were capped to the clusters that fit (above). The forward splits only
+// rows longer than any cluster holds (65,536 vectors: 16 staged CTAs of 16 vectors a thread): with the
+// staged forward's weight loaded ahead (kFwdStagedWAhead), float32 N = 262,144 (65,536 vectors) read
+// 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). The
+// build can override each (0: off).
 #ifndef RMSNORM_FWD_SPLIT_FROM
-#define RMSNORM_FWD_SPLIT_FROM 32768
+#define RMSNORM_FWD_SPLIT_FROM 65536
 #endif
 constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
 #ifndef RMSNORM_BWD_SPLIT_FROM

@@ -146,15 +146,20 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   const int64_t first = int64_t(first_vec) * kVec;  // its first element's column
   // (not at twice the vectors a thread, only past a 16-CTA cluster: 32 more registers would spill)
   constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && kVpt <= plan::kFwdStagedVpt;
+  // Otherwise the weight of kAhead vectors (plan::kFwdStagedWAhead 16-byte words) is on its way ahead of
+  // its use: the first kAhead issued with the row's copies, each next one as a vector of y is written.
+  constexpr int kAheadWords = plan::kFwdStagedWAhead * 16 / static_cast<int>(sizeof(VW));
+  constexpr int kAhead = kHoldW ? kVpt : kAheadWords < kVpt ? kAheadWords : kVpt;
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
-  VW wv[kHoldW ? kVpt : 1];  // the weight of this thread's columns, when held
-  if constexpr (kHoldW) {
+  VW wv[kAhead > 0 ? kAhead : 1];  // the weight of this thread's columns: all of them when held, else a ring
+  auto load_w = [&]() {  // the first kAhead vectors' weight
 #pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
+    for (int v = 0; v < kAhead; ++v) {
       if (v < count) dev::load16(wv[v], weight + first + v * kStep);
     }
-  }
+  };
+  if constexpr (kHoldW) load_w();
   // The three passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
   auto copy_in = [&](auto full_tag, const T* xr) {
     constexpr bool kFull = decltype(full_tag)::value;
@@ -188,6 +193,11 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
         VW w;
         if constexpr (kHoldW) {
           w = wv[v];
+        } else if constexpr (kAhead > 0) {
+          w = wv[v % kAhead];
+          if (v + kAhead < kVpt && (kFull || v + kAhead < count)) {
+            dev::load16(wv[v % kAhead], weight + first + (v + kAhead) * kStep);
+          }
         } else {
           dev::load16(w, weight + first + v * kStep);
         }
@@ -199,6 +209,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
     const T* xr = x + row * x_row_stride + first;
     dev::with_extent(full, copy_in, xr);
+    if constexpr (!kHoldW) load_w();  // each row: the ring ends holding its last vectors' weight
     dev::cp_async_wait_all();
     float ss = dev::with_extent(full, squares);
     ss = dev::group_sum<kCluster>(ss, kGroup, parity, slots, entry);
@@ -564,18 +575,18 @@ struct Groups {};
 template <typename Vpt, typename Kernel, typename Go, int... kGroups>
 cudaError_t with_group(int group, Vpt vpt, Kernel kernel, Go go, Groups<kGroups...>) {
   cudaError_t result = cudaErrorInvalidValue;
-  bool done = false;
-  auto one = [&](auto group_tag) {
+  auto one = [&](auto group_tag) {  // true where it launched
     constexpr int kGroup = decltype(group_tag)::value;
     if constexpr (plan::FixedGroup<kGroup>::value) {
-      if (!done && group == kGroup) {
+      if (group == kGroup) {
         result = go(kernel(vpt, group_tag));
-        done = true;
+        return true;
       }
     }
+    return false;
   };
-  (one(std::integral_constant<int, kGroups>{}), ...);
-  return done ? result : go(kernel(vpt, std::integral_constant<int, 0>{}));
+  if ((one(std::integral_constant<int, kGroups>{}) || ...)) return result;
+  return go(kernel(vpt, std::integral_constant<int, 0>{}));
 }
 
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;

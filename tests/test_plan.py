@@ -50,16 +50,16 @@ def _run_plan_program(folder, source: str, *args: str) -> str:
 
 # The plans of rows given as (16-byte vectors, rows, element bytes): one line each of the forward
 # plan's group, cluster, staged, split and the backward plan's group, cluster, staged, split, units over
-# those rows, warps a unit.
+# those rows, warps a unit, then the forward plan's vectors a thread.
 PLAN_OF = (
     '#include <cstdio>\n#include <cstdlib>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
     'int main(int argc, char** argv) {\n  for (int i = 1; i + 2 < argc; i += 3) {\n'
     '    long v = std::atol(argv[i]), rows = std::atol(argv[i + 1]);\n'
     '    Plan f = forward_plan(v), b = backward_plan(v, std::atoi(argv[i + 2]));\n'
-    '    std::printf("%d %d %d %d %d %d %d %d %ld %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
-    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group);\n  }\n}\n')
+    '    std::printf("%d %d %d %d %d %d %d %d %ld %d %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
+    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group, f.vpt);\n  }\n}\n')
 PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "f_split", "b_group", "b_cluster", "b_staged", "b_split", "b_units",
-               "b_unit_groups")
+               "b_unit_groups", "f_vpt")
 
 
 def _plans_of(folder, rows_of: list[tuple[int, int, int]]) -> list[dict]:
@@ -124,7 +124,7 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
 # multiprocessor's 228 KB (each CTA also holds 1 KB the hardware reserves and about 0.4 KB of static slots).
 CAPPED = (
     '#include <cstdio>\n#include <initializer_list>\n#include "rmsnorm_plan.h"\nusing namespace rmsnorm::plan;\n'
-    'int main() {\n  for (long v : {64L, 1024L, 4096L, 4097L, 8192L, 16384L, 32768L, 32769L}) {\n'
+    'int main() {\n  for (long v : {64L, 1024L, 4096L, 4097L, 8192L, 16384L, 32768L, 32769L, 65536L, 65537L}) {\n'
     '    Plan p = forward_plan(v);\n'
     '    std::printf("%ld %d %d %ld %ld\\n", v, int(p.staged), int(p.split), long(p.forward_staged_bytes()),'
     ' long(forward_smem_bytes(p)));\n  }\n}\n')
@@ -141,13 +141,15 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
             continue
         assert asked >= used, line
         ctas = 228 * 1024 // (asked + 1024 + 400)
-        assert ctas == per_sm, f"{line}: {ctas} CTAs of {asked} bytes fit a multiprocessor, the cap is {per_sm}"
+        fit = 228 * 1024 // (used + 1024 + 400)  # a cap above what fits leaves it as it is
+        assert ctas == min(per_sm, fit), f"{line}: {ctas} CTAs of {asked} bytes fit a multiprocessor, the cap is {per_sm}"
 
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
-    # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 32,768 vectors;
-    # the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 64K to 256K staged) and past
-    # 16,384 of 4-byte ones (float32 16K, 32K and 64K register clusters of 4, 8 and 16).
+    # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 65,536 vectors,
+    # the longest row a cluster holds (16 staged CTAs of 16 vectors a thread past 32,768: bfloat16 N =
+    # 512K, float32 256K); the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 64K to 256K
+    # staged) and past 16,384 of 4-byte ones (float32 16K, 32K and 64K register clusters of 4, 8 and 16).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
@@ -155,9 +157,10 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
         else:
             assert n_vec < first.get(dir_, n_vec + 1), f"{dir_} n_vec={n_vec}: not split, but a shorter row is"
     edges = [(v, 1, width) for width in (2, 4)
-             for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768, 32769)]
+             for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768, 32769, 65536, 65537)]
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
-        assert p["f_split"] == (v > 32768), (v, width, p)
+        assert p["f_split"] == (v > 65536), (v, width, p)
+        assert p["f_staged"] == (4096 < v <= 65536) and (p["f_vpt"] == 16) == (32768 < v <= 65536), (v, width, p)
         assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
         # the staged backward: 2-byte elements past 4,096 vectors to 32,768; 4-byte ones never
         assert p["b_staged"] == (width == 2 and 4096 < v <= 32768), (v, width, p)
@@ -184,8 +187,8 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and of 2 to 16 backward, the staged forward and backward (the backward in clusters of 4
-    and 16), the split forward and backward,
+    forward and of 2 to 16 backward, the staged forward (at 8 and 16 vectors a thread) and backward (the
+    backward in clusters of 4 and 16), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
@@ -202,6 +205,8 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans if not p["f_split"]}
     bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans if not p["b_split"]}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
+    # and at twice the vectors a thread (rows past 32,768 vectors: a cluster of 16)
+    assert any(p["f_staged"] and p["f_vpt"] == 16 for p in plans), plans
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
