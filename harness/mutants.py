@@ -236,10 +236,11 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_bwd_missing_term", "cuda", "backward missing the -x * inv^2 * mean(g * x) term (fast path)",
            (Edit(ROWS, "out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv[v].v[k]) * c));",
                  "out.v[k] = dev::from_acc<T>(inv * g);"),)),
-    # Each thread reads back only what it copied, so whether the bytes have landed is a matter of
-    # timing: the outputs were right in a 181 s search on the H200 at 40c13be; racecheck judges it.
-    Mutant("fast_staged_copy_not_awaited", "cuda", "a staged row read from shared memory before its async copies land",
-           (Edit(ROWS, "    dev::cp_async_wait_all();\n", ""),),
+    # The staged forward's threads read its slab before the bulk copy has landed: what shared memory held
+    # before, or bytes still arriving. racecheck judges it.
+    Mutant("fast_staged_copy_not_awaited", "cuda", "a staged row read from shared memory before its async copy lands",
+           (Edit(ROWS, "    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));\n",
+                 ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 8)),  # staged forwards, clusters of 4 and 8
     # The staged backward's rows take turns in shared-memory stages; reading one before its copies have
     # landed reads the row a stage held before, or bytes still arriving: a matter of timing, as above.
@@ -247,9 +248,9 @@ CATALOGUE: tuple[Mutant, ...] = (
            "its async copies land",
            (Edit(ROWS, "    dev::cp_async_wait_pending<kStages - 1>();\n", "    dev::cp_async_wait_pending<kStages>();\n"),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 17)),  # staged backwards (2-byte; no 4-byte row is staged)
-    Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread staged into the same shared-memory slot",
-           (Edit(ROWS, "dev::cp_async16(&mine[v * kGroup], xr + v * kStep);",
-                 "dev::cp_async16(&mine[0], xr + v * kStep);"),)),
+    Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread read from the same shared-memory slot",
+           (Edit(ROWS, "*reinterpret_cast<const V*>(&tile[v * kGroup + lane]);", "*reinterpret_cast<const V*>(&tile[lane]);",
+                 count=2),)),
     Mutant("fast_bwd_dot_in_half", "cuda", "the backward's row reduction sum(grad_out * w * x) accumulated per thread "
            "in fp16/bf16 (fast path)",
            (Edit(DEV, "acc += to_acc(d.v[k]) * static_cast<float>(to_acc(w.v[k])) * to_acc(x.v[k]);",

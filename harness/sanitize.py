@@ -25,7 +25,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
-# of 1 to 512 threads, the staged path in clusters of 4, 8 and 16 (and of 16 at twice the vectors a
+# of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 at twice the vectors a
 # thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in clusters
 # of 4 and 16 (2-byte elements: no 4-byte row is staged with the default thresholds), the split path;
 # the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
@@ -37,7 +37,7 @@ PATHS = (
     ("float16", "float32", 64, 64, "row_step"),  # a warp a row, 2 vectors a thread; many rows a unit
     ("float32", "float32", 3, 1024, "padded"),  # 256 threads a row; padded (staged where not 16-byte rows)
     ("bfloat16", "float32", 3, 257, "offset"),  # a misaligned base pointer staged; 128-thread rows
-    ("float32", "float32", 2, 4096, "contiguous"),  # 512 threads, 8 vectors; backward: a cluster of 4
+    ("float32", "float32", 2, 4096, "contiguous"),  # staged, a cluster of 2; backward: a cluster of 4
     ("bfloat16", "bfloat16", 2, 8192, "contiguous"),  # staged, a cluster of 4, forward and backward
     ("float32", "float32", 2, 16384, "contiguous"),  # staged, a cluster of 8; backward: 512 threads, a cluster of 16
     ("bfloat16", "bfloat16", 1, 32768, "contiguous"),  # staged, a cluster of 16, forward and backward

@@ -111,14 +111,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 }
 
 // Copy 16 bytes from global to shared memory asynchronously (cp.async, bypassing L1): the data is
-// in flight without holding a register. Visible to the issuing thread after cp_async_wait_all.
+// in flight without holding a register. Visible to the issuing thread once its group has landed
+// (cp_async_wait_pending).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
 // Groups of cp.async: close the group of copies issued since the last commit; wait until at most
@@ -204,6 +201,29 @@ __device__ __forceinline__ unsigned int smem_address(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));
 }
 
+// Wait until the phase of parity `phase` of the mbarrier at shared address bar has completed.
+__device__ __forceinline__ void wait_phase(unsigned int bar, unsigned int phase) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra WAIT_%=;\n}" ::"r"(bar),
+      "r"(phase)
+      : "memory");
+}
+
+// One thread: copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into this
+// CTA's shared memory with the bulk-copy engine (TMA), the bytes counted on the mbarrier at shared address
+// bar, which this thread first tells to expect them (its one arrival of the phase). Then
+// wait_phase(bar, ...) in every thread that reads them.
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes, unsigned int bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // The address of the same shared-memory variable in the CTA of rank `rank` of this cluster.
 __device__ __forceinline__ unsigned int peer_address(unsigned int local, unsigned int rank) {
   unsigned int remote;
@@ -245,15 +265,7 @@ struct ClusterEntry {
   }
   // Wait until every CTA's total of this row has landed in slots.cta[parity].
   __device__ __forceinline__ void wait_arrived(ReduceSlots& slots, int parity) {
-    const unsigned int bar = smem_address(&slots.arrived[parity]);
-    const unsigned int phase = (phases >> parity) & 1u;
-    asm volatile(
-        "{\n\t.reg .pred done;\n"
-        "WAIT_%=:\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-        "@!done bra WAIT_%=;\n}" ::"r"(bar),
-        "r"(phase)
-        : "memory");
+    wait_phase(smem_address(&slots.arrived[parity]), (phases >> parity) & 1u);
     phases ^= 1u << parity;
   }
 };

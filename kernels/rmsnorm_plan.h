@@ -42,16 +42,24 @@ constexpr int kFwdMaxGroup = 512;     // largest row group before the row spread
 constexpr int kFwdPrefVpt = 4;      // more threads with fewer vectors each, while the group fits
 constexpr int kFwdMaxVpt = 8;
 constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with the cluster's bookkeeping
-// Staged forward (rows past kFwdStagedFrom vectors, where one CTA's registers no longer hold the
-// row): a CTA of kFwdStagedCta threads (one slab of a cluster's row) copies kFwdStagedVpt vectors
-// a thread into shared memory: 32 KB a CTA, six CTAs a multiprocessor, about 200 KB in flight on
-// each. Rows longer than a 16-CTA cluster of such CTAs holds take twice the vectors a thread. On
-// the H200 (da76b2d) it moved bfloat16 forward at N = 65,536 and 262,144 from 0.55 and 0.48 of the
-// copy to 0.78 and 0.74, but at N = 16,384, where registers hold the row, it was slower (0.84
-// against 0.86; float32 0.87 against 0.91). The build can override these
+// Staged forward (rows past kFwdStagedFrom vectors): a CTA of kFwdStagedCta threads (one slab of a
+// cluster's row) has its slab, kFwdStagedVpt vectors a thread, 32 KB, copied into shared memory by one
+// bulk copy (TMA, issued by one thread), so no register holds x while it is in flight. Rows longer than a
+// 16-CTA cluster of such CTAs holds take twice the vectors a thread. On the H200 (da76b2d) the staged
+// forward, then copying with a cp.async a vector in every thread, moved bfloat16 N = 65,536 and 262,144
+// from 0.55 and 0.48 of the copy to 0.78 and 0.74. The bulk copy in place of those cp.async copies (one run
+// of benchmarks/variants.py, users' path, forward as a fraction of the copy, cp.async / bulk copy):
+// bfloat16 N = 64K 0.81 / 0.88, 128K 0.81 / 0.88, 256K 0.76 / 0.85; float32 32K 0.88 / 0.94, 64K 0.86 /
+// 0.93, 128K 0.84 / 0.88, 256K 0.71 / 0.79. Staged from 1,024 vectors in the same run: bfloat16 16K (2,048
+// vectors, one CTA) 0.88 against the register forward's 0.90, but 32K (4,096 vectors, a staged cluster of
+// two against a register cluster of two) 0.89 against 0.86 and float32 16K (4,096) 0.94 against 0.89:
+// hence staged past 2,048 vectors. Lost, not kept: a persistent grid (as many CTAs as the GPU runs at
+// once, each with two or three rows in shared memory, the next copying in while it writes this one),
+// bfloat16 64K 0.82 -> 0.77-0.78 with cp.async and 0.88 -> 0.82 with the bulk copy; cp.async asking L2
+// for 128 or 256 bytes (.L2::128B, .L2::256B), 0.81 -> 0.81-0.82. The build can override these
 // (-DRMSNORM_FWD_STAGED_FROM=...; 0 turns the staged path off) to compare settings.
 #ifndef RMSNORM_FWD_STAGED_FROM
-#define RMSNORM_FWD_STAGED_FROM 4096
+#define RMSNORM_FWD_STAGED_FROM 2048
 #endif
 #ifndef RMSNORM_FWD_STAGED_CTA
 #define RMSNORM_FWD_STAGED_CTA 256
@@ -137,8 +145,8 @@ constexpr int kFwdStagedWAhead = RMSNORM_FWD_STAGED_W_AHEAD;
 constexpr int64_t kSmemPerSm = 228 * 1024;     // an sm_90 multiprocessor's shared memory
 constexpr int64_t kSmemPerCtaSpare = 2 * 1024;  // a CTA's reserved 1 KB and its static slots
 // CTAs a multiprocessor that the staged forward's registers must allow: its shared memory allows 6 (3 at
-// twice the vectors a thread, rows past a 16-CTA cluster of 8, where 80 registers still spill 4-8
-// bytes: a few loads and stores a row); with the weight held, 3; with more than 2 words of weight ahead
+// twice the vectors a thread, rows past a 16-CTA cluster of 8, where 80 registers still spill: a few
+// loads and stores a row); with the weight held, 3; with more than 2 words of weight ahead
 // (kFwdStagedWAhead), 5.
 template <int kElementBytes, int kVpt>
 struct FwdStagedCtasPerSm {

@@ -106,10 +106,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 }
 
 // y = x * inv_rms * w for long rows, a row (or, with kCluster, a slab of a cluster's row) a CTA of
-// plan::kFwdStagedCta threads: thread t copies its vectors j = (rank * kVpt + v) * kGroup + t into shared
-// memory (cp.async), reads them back for the squares, then again for y. It reads only what it copied: no
-// barrier guards the tile, which no row reuses. dev::group_sum gives every thread the row's sum. Why
-// the CTA size is a constant and each pass has a version without bounds checks: plan::kFwdStagedCta.
+// plan::kFwdStagedCta threads: thread 0 copies the CTA's slab of the row, contiguous in x, into shared
+// memory with the bulk-copy engine (TMA), its bytes counted on an mbarrier; thread t reads back its
+// vectors j = (rank * kVpt + v) * kGroup + t for the squares, then again for y. dev::group_sum gives every
+// thread the row's sum. Why the CTA size is a constant and each pass has a version without bounds checks:
+// plan::kFwdStagedCta; why the bulk copy: plan::kFwdStagedFrom.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
@@ -121,11 +122,13 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   constexpr int kVec = vec_of<T>();
   constexpr int kGroup = plan::kFwdStagedCta;  // blockDim.x
   constexpr int kStep = kGroup * kVec;         // elements from a thread's vector v to its v + 1
+  constexpr int kTile = kVpt * kGroup;         // vectors of a CTA's slab
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
-  extern __shared__ uint4 tile[];  // [kVpt][kGroup]: vector v of thread t at v * kGroup + t
+  extern __shared__ uint4 tile[];  // [kVpt][kGroup]: vector v of thread t at v * kGroup + t, the slab in order
   __shared__ dev::ReduceSlots slots;
+  __shared__ unsigned long long landed;  // mbarrier: the bytes of the slab that have landed
   unsigned int rank = 0, cluster_size = 1;
   if constexpr (kCluster) {
     const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -140,16 +143,23 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   // that holds the row's end.
   const int count = first_vec < n_vec ? (n_vec - first_vec + kGroup - 1) / kGroup : 0;
   const bool full = count >= kVpt;
+  // The slab's vectors inside the row (none in a cluster's CTAs past the row's end: they copy nothing).
+  const int slab_vecs = n_vec - static_cast<int>(rank) * kTile;
+  const unsigned int slab_bytes = static_cast<unsigned int>(slab_vecs < kTile ? slab_vecs : kTile) * 16u;
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
-  uint4* const mine = tile + lane;                  // this thread's vector v at mine[v * kGroup]
   const int64_t first = int64_t(first_vec) * kVec;  // its first element's column
   // (not at twice the vectors a thread, only past a 16-CTA cluster: 32 more registers would spill)
   constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && kVpt <= plan::kFwdStagedVpt;
   // Otherwise the weight of kAhead vectors (plan::kFwdStagedWAhead 16-byte words) is on its way ahead of
-  // its use: the first kAhead issued with the row's copies, each next one as a vector of y is written.
+  // its use: the first kAhead issued with the row's copy, each next one as a vector of y is written.
   constexpr int kAheadWords = plan::kFwdStagedWAhead * 16 / static_cast<int>(sizeof(VW));
   constexpr int kAhead = kHoldW ? kVpt : kAheadWords < kVpt ? kAheadWords : kVpt;
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(dev::smem_address(&landed)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // seen by the bulk copy
+  }
+  __syncthreads();  // every thread waits on landed only once it is set up
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
   VW wv[kAhead > 0 ? kAhead : 1];  // the weight of this thread's columns: all of them when held, else a ring
@@ -160,21 +170,14 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
     }
   };
   if constexpr (kHoldW) load_w();
-  // The three passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
-  auto copy_in = [&](auto full_tag, const T* xr) {
-    constexpr bool kFull = decltype(full_tag)::value;
-#pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      if (kFull || v < count) dev::cp_async16(&mine[v * kGroup], xr + v * kStep);
-    }
-  };
+  // The two passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
   auto squares = [&](auto full_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
     float ss = 0.f;
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
       if (kFull || v < count) {
-        const V xv = *reinterpret_cast<const V*>(&mine[v * kGroup]);
+        const V xv = *reinterpret_cast<const V*>(&tile[v * kGroup + lane]);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const float a = dev::to_acc(xv.v[k]);
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
       if (kFull || v < count) {
-        const V xv = *reinterpret_cast<const V*>(&mine[v * kGroup]);
+        const V xv = *reinterpret_cast<const V*>(&tile[v * kGroup + lane]);
         VW w;
         if constexpr (kHoldW) {
           w = wv[v];
@@ -207,10 +210,15 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   };
   int parity = 0;
   for (int64_t row = unit; row < rows; row += units, parity ^= 1) {
-    const T* xr = x + row * x_row_stride + first;
-    dev::with_extent(full, copy_in, xr);
+    // A CTA takes a second row only past plan::kMaxFwdCtas: its threads are done with the tile first.
+    if (row != unit) __syncthreads();
+    const T* xr = x + row * x_row_stride + first;  // thread 0's: the slab's start
+    if (threadIdx.x == 0 && slab_vecs > 0) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tile's reads before the copy's writes
+      dev::bulk_copy_to_shared(tile, xr, slab_bytes, dev::smem_address(&landed));
+    }
     if constexpr (!kHoldW) load_w();  // each row: the ring ends holding its last vectors' weight
-    dev::cp_async_wait_all();
+    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));
     float ss = dev::with_extent(full, squares);
     ss = dev::group_sum<kCluster>(ss, kGroup, parity, slots, entry);
     const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
@@ -604,15 +612,14 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
              float* inv_rms, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   const int64_t units = plan::forward_units(p, rows);
   if (p.staged) {
+    auto go = [&](auto k) {
+      return launch<kCluster>(k, p, units, plan::forward_smem_bytes(p), true, stream, x, x_row_stride, weight, y,
+                              inv_rms, rows, n, eps);
+    };
     constexpr int kVpt = plan::kFwdStagedVpt;
-    if (p.vpt == kVpt) {
-      return launch<kCluster>(fwd_staged_kernel<T, W, kVpt, kCluster>, p, units, plan::forward_smem_bytes(p), true,
-                              stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
-    } else if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
-      if (p.vpt == 2 * kVpt) {
-        return launch<kCluster>(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>, p, units, plan::forward_smem_bytes(p),
-                                true, stream, x, x_row_stride, weight, y, inv_rms, rows, n, eps);
-      }
+    if (p.vpt == kVpt) return go(fwd_staged_kernel<T, W, kVpt, kCluster>);
+    if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
+      if (p.vpt == 2 * kVpt) return go(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>);
     }
     return cudaErrorInvalidValue;  // no kernel for this plan
   }
