@@ -242,12 +242,13 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(ROWS, "    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));\n",
                  ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 8)),  # staged forwards, clusters of 4 and 8
-    # The staged backward's rows take turns in shared-memory stages; reading one before its copies have
+    # The staged backward's rows take turns in shared-memory stages; reading one before its bulk copies have
     # landed reads the row a stage held before, or bytes still arriving: a matter of timing, as above.
     Mutant("fast_staged_bwd_copy_not_awaited", "cuda", "the staged backward reads a row from shared memory before "
            "its async copies land",
-           (Edit(ROWS, "    dev::cp_async_wait_pending<kStages - 1>();\n", "    dev::cp_async_wait_pending<kStages>();\n"),),
-           sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 17)),  # staged backwards (2-byte; no 4-byte row is staged)
+           (Edit(ROWS, "    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);\n",
+                 ""),),
+           sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 17)),  # staged backwards, clusters of 4
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread read from the same shared-memory slot",
            (Edit(ROWS, "*reinterpret_cast<const V*>(&tile[v * kGroup + lane]);", "*reinterpret_cast<const V*>(&tile[lane]);",
                  count=2),)),

@@ -26,8 +26,9 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
 # of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 at twice the vectors a
-# thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in clusters
-# of 4 and 16 (2-byte elements: no 4-byte row is staged with the default thresholds), the split path;
+# thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and
+# clusters of 2, 4 and 16 (2-byte elements, the weight and grad_weight's sums in registers; 4-byte ones,
+# the sums in shared memory, in a cluster of 16), the split path;
 # the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
 # are kept (the mutants' sanitize_paths name them): new cases go at the end.
 PATHS = (
@@ -55,15 +56,21 @@ PATHS = (
     # at e9b0d20 in 40 rows; see the README. This case, 32769 vectors until the forward split past 65,536,
     # would now be such a forward.)
     ("bfloat16", "float32", 40, 65537, "contiguous"),
-    # Backward: a register cluster of 4 whose third CTA holds one vector and whose fourth none (a staged
-    # cluster of 2 before c0098a7's thresholds); 140 rows.
+    # Backward: a staged cluster of 2 whose second CTA holds one vector (a register cluster of 4 from
+    # c0098a7's thresholds to the bulk-copy backward's); 140 rows. Forward: staged, a cluster of 2 as uneven.
     ("bfloat16", "float32", 140, 2049, "contiguous"),
     # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 4
     # whose third CTA holds one vector and whose fourth none; 30 units of 2 or 3 rows, so the stages take
     # turns. Forward: staged, a cluster of 4 as uneven.
     ("bfloat16", "float32", 70, 4097, "contiguous"),
-    # Backward: a register cluster of 2 (bfloat16 N = 16,384 since c0098a7's thresholds), 3 rows.
+    # Backward: staged in one CTA (bfloat16 N = 16,384; a register cluster of 2 from c0098a7's thresholds
+    # to the bulk-copy backward's), 3 rows.
     ("bfloat16", "bfloat16", 3, 2048, "contiguous"),
+    # Backward: staged 4-byte elements (grad_weight's sums in shared memory, the weight loaded with each
+    # row), a cluster of 16 (float32 N = 131,072). Forward: staged, a cluster of 16.
+    ("float32", "float32", 2, 32768, "contiguous"),
+    # Backward: a register cluster of 2 (float32 N = 8,192), 3 rows. Forward: 512 threads a row.
+    ("float32", "float32", 3, 2048, "contiguous"),
 )
 
 

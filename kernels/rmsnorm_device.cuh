@@ -110,22 +110,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// Copy 16 bytes from global to shared memory asynchronously (cp.async, bypassing L1): the data is
-// in flight without holding a register. Visible to the issuing thread once its group has landed
-// (cp_async_wait_pending).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned int s = static_cast<unsigned int>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-// Groups of cp.async: close the group of copies issued since the last commit; wait until at most
-// kPending of the most recent groups are still in flight (0: every group has landed).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization
 // may start while the kernel before it in the stream is finishing; it must wait for that kernel's
 // completion (and its memory) before it reads anything, and may let the next one start early.
@@ -201,6 +185,16 @@ __device__ __forceinline__ unsigned int smem_address(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));
 }
 
+// One thread, before any thread uses them: set up `count` mbarriers (bars[0] to bars[count - 1]) of one
+// arrival a phase, the setup made visible to the cluster and to the bulk-copy engine. The CTA's threads
+// (or the cluster's) wait on them only after a barrier that follows this.
+__device__ __forceinline__ void init_mbarriers(unsigned long long* bars, int count) {
+  for (int i = 0; i < count; ++i) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(&bars[i])) : "memory");
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
 // Wait until the phase of parity `phase` of the mbarrier at shared address bar has completed.
 __device__ __forceinline__ void wait_phase(unsigned int bar, unsigned int phase) {
   asm volatile(
@@ -212,12 +206,22 @@ __device__ __forceinline__ void wait_phase(unsigned int bar, unsigned int phase)
       : "memory");
 }
 
-// One thread: copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into this
-// CTA's shared memory with the bulk-copy engine (TMA), the bytes counted on the mbarrier at shared address
-// bar, which this thread first tells to expect them (its one arrival of the phase). Then
-// wait_phase(bar, ...) in every thread that reads them.
-__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes, unsigned int bar) {
+// One thread: tell the mbarrier at shared address bar to expect `bytes` more bytes of bulk copies this
+// phase (its one arrival of the phase), before it issues them (bulk_copy_to_shared).
+__device__ __forceinline__ void expect_bytes(unsigned int bar, unsigned int bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// One thread, before it refills shared memory by bulk copies: the CTA's earlier reads of it (ordered before
+// this by a CTA barrier, or issued by this thread) come before the copies' writes (another proxy's).
+__device__ __forceinline__ void reads_before_bulk_copies() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into this CTA's shared
+// memory with the bulk-copy engine (TMA), the bytes counted on the mbarrier at shared address bar (which
+// expect_bytes has told of them). Then wait_phase(bar, ...) in every thread that reads them.
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes, unsigned int bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                    smem_address(smem)),
                "l"(gmem), "r"(bytes), "r"(bar)
@@ -244,13 +248,8 @@ struct ClusterEntry {
   __device__ __forceinline__ explicit ClusterEntry(ReduceSlots& slots) {
     if constexpr (kCluster) {
 #if RMSNORM_CLUSTER_MBARRIER
-      if (threadIdx.x == 0) {
-        for (int p = 0; p < 2; ++p) {
-          asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(&slots.arrived[p])) : "memory");
-        }
-        // Peers count bytes on these mbarriers only after the entry barrier below.
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      }
+      // Peers count bytes on these mbarriers only after the entry barrier below.
+      if (threadIdx.x == 0) init_mbarriers(slots.arrived, 2);
 #endif
       asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     }

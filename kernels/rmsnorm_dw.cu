@@ -15,6 +15,23 @@ namespace {
 constexpr int kColumns = 32;
 constexpr int kSlices = 32;
 
+// a += b, each of the four columns on its own (the order of a column's adds is the caller's).
+__device__ __forceinline__ void add4(float4& a, const float4& b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  a.w += b.w;
+}
+
+// The four columns' sums from `first` on, in grad_weight's dtype.
+template <typename W>
+__device__ __forceinline__ void store4(W* dw, int64_t first, const float4& total) {
+  dw[first] = dev::from_acc<W>(total.x);
+  dw[first + 1] = dev::from_acc<W>(total.y);
+  dw[first + 2] = dev::from_acc<W>(total.z);
+  dw[first + 3] = dev::from_acc<W>(total.w);
+}
+
 template <typename W>
 __global__ void __launch_bounds__(kColumns * kSlices)
     dw_reduce_kernel(const float* __restrict__ partial,  // [units, n]
@@ -84,29 +101,15 @@ __global__ void __launch_bounds__(kRunColumns * (kFewUnits / kRunUnits))
     }
 #pragma unroll
     for (int i = 0; i < kRunUnits; ++i) {
-      if (begin + i < units) {
-        acc.x += v[i].x;
-        acc.y += v[i].y;
-        acc.z += v[i].z;
-        acc.w += v[i].w;
-      }
+      if (begin + i < units) add4(acc, v[i]);
     }
   }
   run_sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && first < n) {
     float4 total = run_sums[0][threadIdx.x];
-    for (unsigned int r = 1; r < blockDim.y; ++r) {
-      const float4 s = run_sums[r][threadIdx.x];
-      total.x += s.x;
-      total.y += s.y;
-      total.z += s.z;
-      total.w += s.w;
-    }
-    dw[first] = dev::from_acc<W>(total.x);
-    dw[first + 1] = dev::from_acc<W>(total.y);
-    dw[first + 2] = dev::from_acc<W>(total.z);
-    dw[first + 3] = dev::from_acc<W>(total.w);
+    for (unsigned int r = 1; r < blockDim.y; ++r) add4(total, run_sums[r][threadIdx.x]);
+    store4(dw, first, total);
   }
 }
 
@@ -120,18 +123,14 @@ __global__ void __launch_bounds__(kColumnThreads)
   dev::wait_for_previous_grid();
   const int64_t first = (int64_t(blockIdx.x) * kColumnThreads + threadIdx.x) * kColumnsPerThread;
   if (first >= n) return;
-  float acc[kColumnsPerThread] = {0.f, 0.f, 0.f, 0.f};
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-  for (int64_t u = 0; u < units; ++u) {
-    const float4 v = *reinterpret_cast<const float4*>(partial + u * n + first);
-    acc[0] += v.x;
-    acc[1] += v.y;
-    acc[2] += v.z;
-    acc[3] += v.w;
-  }
-#pragma unroll
-  for (int k = 0; k < kColumnsPerThread; ++k) dw[first + k] = dev::from_acc<W>(acc[k]);
+  for (int64_t u = 0; u < units; ++u) add4(acc, *reinterpret_cast<const float4*>(partial + u * n + first));
+  store4(dw, first, acc);
 }
+
+// CTAs of per_cta columns each that cover n columns.
+inline unsigned int ctas_for(int64_t n, int64_t per_cta) { return static_cast<unsigned int>((n + per_cta - 1) / per_cta); }
 
 }  // namespace
 
@@ -139,20 +138,15 @@ template <typename W>
 cudaError_t dw_from_partials(const float* partial, int64_t units, int64_t n, W* dw, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (RMSNORM_DW_RUNS && units <= kFewUnits && n % kColumnsPerThread == 0) {
-    const int64_t per_cta = int64_t(kRunColumns) * kColumnsPerThread;
-    const unsigned int blocks = static_cast<unsigned int>((n + per_cta - 1) / per_cta);
-    return dev::launch_kernel(dw_runs_kernel<W>, dim3(blocks), dim3(kRunColumns, unit_runs(units)), 0, 0,
-                              RMSNORM_DW_PDL, stream, partial, units, n, dw);
+    return dev::launch_kernel(dw_runs_kernel<W>, dim3(ctas_for(n, kRunColumns * kColumnsPerThread)),
+                              dim3(kRunColumns, unit_runs(units)), 0, 0, RMSNORM_DW_PDL, stream, partial, units, n, dw);
   }
   if (units <= kFewUnits && n % kColumnsPerThread == 0) {
-    const int64_t per_cta = int64_t(kColumnThreads) * kColumnsPerThread;
-    const unsigned int blocks = static_cast<unsigned int>((n + per_cta - 1) / per_cta);
-    return dev::launch_kernel(dw_columns_kernel<W>, dim3(blocks), dim3(kColumnThreads), 0, 0, RMSNORM_DW_PDL, stream,
-                              partial, units, n, dw);
+    return dev::launch_kernel(dw_columns_kernel<W>, dim3(ctas_for(n, kColumnThreads * kColumnsPerThread)),
+                              dim3(kColumnThreads), 0, 0, RMSNORM_DW_PDL, stream, partial, units, n, dw);
   }
-  const unsigned int blocks = static_cast<unsigned int>((n + kColumns - 1) / kColumns);
-  return dev::launch_kernel(dw_reduce_kernel<W>, dim3(blocks), dim3(kColumns, kSlices), 0, 0, RMSNORM_DW_PDL, stream,
-                            partial, units, n, dw);
+  return dev::launch_kernel(dw_reduce_kernel<W>, dim3(ctas_for(n, kColumns)), dim3(kColumns, kSlices), 0, 0,
+                            RMSNORM_DW_PDL, stream, partial, units, n, dw);
 }
 
 template cudaError_t dw_from_partials<float>(const float*, int64_t, int64_t, float*, cudaStream_t);

@@ -10,7 +10,7 @@
 //   vpt      16-byte vectors per thread and tensor, held in registers from load to store
 //   cta      threads per CTA: cta / group rows are handled side by side
 //   cluster  CTAs that share one row through distributed shared memory (1: no cluster)
-//   staged   the vectors go through shared memory (cp.async) instead of registers: long rows, where
+//   staged   the vectors go through shared memory (bulk copies) instead of registers: long rows, where
 //            registers would limit the CTAs a multiprocessor holds, and with them the bytes in
 //            flight (forward), or the next row's loads could not start before this row is done
 //            (backward)
@@ -166,8 +166,9 @@ constexpr int kBwdClusterVpt = 2;
 // kBwdStagedFrom4 + 1 to kBwdStagedTo4 of 4-byte ones, where the register backward needs clusters
 // or would not pipeline): a
 // persistent CTA of kBwdStagedCta threads (one slab of a cluster's row) keeps kBwdStages rows of x
-// and grad_out in shared memory, copying the next rows in (cp.async) while it reduces and writes this
-// one, and its grad_weight sums in registers or there too (BwdStagedHold): one CTA a multiprocessor.
+// and grad_out in shared memory, copying the next rows in while it reduces and writes this one (by bulk
+// copies since the change at the end of this comment; a cp.async a vector in every thread in the figures
+// before it), and its grad_weight sums in registers or there too (BwdStagedHold): one CTA a multiprocessor.
 // On the H200 (973f852, -DRMSNORM_BWD_STAGED_FROM=1024 with no upper limit, the sums in shared memory
 // at every width, one run of benchmarks/variants.py, backward GB/s as a fraction of the copy) it was
 // slower at most long rows, bf16 N = 16K / 64K / 256K 0.52 / 0.25 / 0.22 against the register
@@ -190,19 +191,25 @@ constexpr int kBwdClusterVpt = 2;
 // backward, staged as above / no staged backward) read bf16 N = 16K 0.78 / 0.84, 32K 0.75 / 0.80,
 // 64K 0.77 / 0.78, 256K 0.70 / 0.52; fp32 16K 0.77 / 0.90. Hence bfloat16 staged past 4096 vectors
 // (N = 16K and 32K in register clusters of two and four) and float32 never: the staged backward's
-// grad_weight sums in shared memory (BwdStagedHold, 4-byte elements) then run only under these
-// settings. The build can override each (0: off, or no limit).
+// grad_weight sums in shared memory (BwdStagedHold, 4-byte elements) then ran only under these
+// settings. With the bulk copies in place of cp.async (one run of benchmarks/variants.py, users' path,
+// backward as a fraction of the copy, before / after): bf16 N = 64K 0.77 / 0.85, 128K 0.77 / 0.85, 256K
+// 0.69 / 0.82; staged past 1024 vectors, bf16 16K 0.83 / 0.84 and 32K 0.78 / 0.83 (register clusters
+// before); float32 staged past 2048 vectors to 32768 (no split to 32768), 16K 0.90 / 0.88, 32K 0.90 /
+// 0.91, 64K 0.90 / 0.89 (register clusters before), but 128K 0.58 split / 0.83 staged in a cluster of
+// 16. Hence bfloat16 staged past 1024 vectors and float32 past 16384 to 32768 (N = 128K), the split
+// from there. The build can override each (0: off, or no limit).
 #ifndef RMSNORM_BWD_STAGED_FROM
-#define RMSNORM_BWD_STAGED_FROM 4096
+#define RMSNORM_BWD_STAGED_FROM 1024
 #endif
 #ifndef RMSNORM_BWD_STAGED_FROM4
-#define RMSNORM_BWD_STAGED_FROM4 0
+#define RMSNORM_BWD_STAGED_FROM4 16384
 #endif
 #ifndef RMSNORM_BWD_STAGED_TO
 #define RMSNORM_BWD_STAGED_TO 32768
 #endif
 #ifndef RMSNORM_BWD_STAGED_TO4
-#define RMSNORM_BWD_STAGED_TO4 4096
+#define RMSNORM_BWD_STAGED_TO4 32768
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
 constexpr int64_t kBwdStagedFrom4 = RMSNORM_BWD_STAGED_FROM4;
@@ -246,9 +253,11 @@ constexpr int kBwdStagedVpt = RMSNORM_BWD_STAGED_VPT;
 // once, before the first row; one CTA a multiprocessor leaves it every register); otherwise the
 // sums live in shared memory and the weight is loaded with each row. RMSNORM_BWD_STAGES rows of
 // grad_out and x a CTA has in shared memory: the one it reduces and writes, and the next ones on
-// their way (cp.async). On the H200 (one run of benchmarks/variants.py, users' path, backward as a
+// their way. On the H200 (one run of benchmarks/variants.py, users' path, backward as a
 // fraction of the copy): float32 N = 16K 0.69 with the sums in shared memory, 0.66 held (2 or 3
-// stages); bfloat16 staged with both held (below) 0.75 / 0.70-0.71 at N = 16K / 32K, 2 or 3 stages alike.
+// stages); bfloat16 staged with both held (below) 0.75 / 0.70-0.71 at N = 16K / 32K, 2 or 3 stages alike
+// (cp.async copies). With the bulk copies, two stages against three (one run, users' path): bfloat16
+// N = 64K / 128K / 256K 0.85 / 0.85 / 0.82 against 0.72 / 0.73 / 0.70.
 #ifndef RMSNORM_BWD_STAGED_HOLD
 #define RMSNORM_BWD_STAGED_HOLD 2
 #endif
@@ -295,7 +304,7 @@ constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
 #define RMSNORM_BWD_SPLIT_FROM 32768
 #endif
 #ifndef RMSNORM_BWD_SPLIT_FROM4
-#define RMSNORM_BWD_SPLIT_FROM4 16384
+#define RMSNORM_BWD_SPLIT_FROM4 32768
 #endif
 constexpr int64_t kBwdSplitFrom = RMSNORM_BWD_SPLIT_FROM;
 constexpr int64_t kBwdSplitFrom4 = RMSNORM_BWD_SPLIT_FROM4;

@@ -155,10 +155,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   // its use: the first kAhead issued with the row's copy, each next one as a vector of y is written.
   constexpr int kAheadWords = plan::kFwdStagedWAhead * 16 / static_cast<int>(sizeof(VW));
   constexpr int kAhead = kHoldW ? kVpt : kAheadWords < kVpt ? kAheadWords : kVpt;
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(dev::smem_address(&landed)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // seen by the bulk copy
-  }
+  if (threadIdx.x == 0) dev::init_mbarriers(&landed, 1);
   __syncthreads();  // every thread waits on landed only once it is set up
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
@@ -214,7 +211,8 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
     if (row != unit) __syncthreads();
     const T* xr = x + row * x_row_stride + first;  // thread 0's: the slab's start
     if (threadIdx.x == 0 && slab_vecs > 0) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tile's reads before the copy's writes
+      dev::reads_before_bulk_copies();
+      dev::expect_bytes(dev::smem_address(&landed), slab_bytes);
       dev::bulk_copy_to_shared(tile, xr, slab_bytes, dev::smem_address(&landed));
     }
     if constexpr (!kHoldW) load_w();  // each row: the ring ends holding its last vectors' weight
@@ -401,9 +399,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 
 // grad_x and grad_weight's partials as bwd_kernel, long rows: a persistent CTA of plan::kBwdStagedCta
 // threads (a slab of a cluster's row with kCluster) walks rows unit, unit + units, ...; the next
-// plan::kBwdStages - 1 rows' grad_out and x copy into the other stages (cp.async) while it writes
-// this one. Thread t owns vectors j = (rank * kVpt + v) * kGroup + t in every stage and reads only
-// those: no barrier guards the stages. dev::group_sum gives every thread the row's dot product.
+// plan::kBwdStages - 1 rows' grad_out and x copy into the other stages while it writes this one: thread 0
+// copies the CTA's slab of each (contiguous in both) with the bulk-copy engine (TMA), counted on the
+// stage's mbarrier, which every thread waits on; a CTA barrier comes before a stage is filled again.
+// Thread t reads vectors j = (rank * kVpt + v) * kGroup + t of each slab. dev::group_sum gives every
+// thread the row's dot product.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: every register to it
     bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
@@ -445,6 +445,13 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   constexpr bool kHold = plan::BwdStagedHold<sizeof(T)>::value;
   constexpr int kStages = plan::kBwdStages;
   uint4* const mine = staged + lane;  // stage s: grad_out's vector v at mine[2 s kTile + v kGroup], x's kTile on
+  // The stage's bytes counted on landed[stage]; phases: bit s, the parity of landed[s]'s phase to wait for next.
+  __shared__ unsigned long long landed[kStages];
+  const int slab_vecs = n_vec - static_cast<int>(rank) * kTile;  // none in a CTA past the row's end
+  const unsigned int slab_bytes = static_cast<unsigned int>(slab_vecs < kTile ? slab_vecs : kTile) * 16u;
+  unsigned int phases = 0;
+  if (threadIdx.x == 0) dev::init_mbarriers(landed, kStages);
+  __syncthreads();  // every thread waits on landed only once it is set up
   auto inside = [&](int v) { return v < count; };
   // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
   // sums in shared memory after the stages and the weight loaded with each row.
@@ -470,19 +477,6 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     }
   };
   // The passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
-  auto fetch = [&](auto full_tag, int64_t row, int stage) {
-    constexpr bool kFull = decltype(full_tag)::value;
-    uint4* const dys = mine + (stage * 2) * kTile;
-    const T* const dyr = dy + row * dy_row_stride + first;
-    const T* const xr = x + row * x_row_stride + first;
-#pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      if (kFull || inside(v)) {
-        dev::cp_async16(&dys[v * kGroup], dyr + v * kStep);
-        dev::cp_async16(&dys[kTile + v * kGroup], xr + v * kStep);
-      }
-    }
-  };
   auto dot_of = [&](auto full_tag, const uint4* dys) {
     constexpr bool kFull = decltype(full_tag)::value;
     float dot = 0.f;
@@ -515,19 +509,21 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       }
     }
   };
-  auto fetch_row = [&](int64_t row, int stage) {
-    dev::with_extent(full, fetch, row, stage);
-    dev::cp_async_commit();
+  auto fetch_row = [&](int64_t row, int stage) {  // thread 0: the row's slabs into the stage
+    if (threadIdx.x == 0 && slab_vecs > 0) {
+      const unsigned int bar = dev::smem_address(&landed[stage]);
+      const int64_t slab = int64_t(rank) * kTile * kVec;  // the slab's first column
+      dev::reads_before_bulk_copies();
+      dev::expect_bytes(bar, 2 * slab_bytes);
+      dev::bulk_copy_to_shared(staged + (stage * 2) * kTile, dy + row * dy_row_stride + slab, slab_bytes, bar);
+      dev::bulk_copy_to_shared(staged + (stage * 2 + 1) * kTile, x + row * x_row_stride + slab, slab_bytes, bar);
+    }
   };
-  // The first kStages - 1 rows' copies, one group each (an empty group past the last row).
+  // The first kStages - 1 rows' copies.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     const int64_t row = unit + s * units;
-    if (row < rows) {
-      fetch_row(row, s);
-    } else {
-      dev::cp_async_commit();
-    }
+    if (row < rows) fetch_row(row, s);
   }
   if constexpr (kHold) {
 #pragma unroll
@@ -537,16 +533,14 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   }
   int stage = 0, parity = 0;
   for (int64_t row = unit; row < rows; row += units, stage = stage + 1 == kStages ? 0 : stage + 1, parity ^= 1) {
-    // The row kStages - 1 ahead goes into the stage the last row was read from (this thread read
-    // only its own vectors there): then kStages - 1 groups may stay in flight, and this row's has landed.
+    // The row kStages - 1 ahead goes into the stage the last row was read from, once every thread is
+    // done with it; then this row's copies are awaited.
     const int64_t ahead = row + (kStages - 1) * units;
-    if (ahead < rows) {
-      fetch_row(ahead, stage == 0 ? kStages - 1 : stage - 1);
-    } else {
-      dev::cp_async_commit();  // an empty group: the wait below still leaves this row's landed
-    }
+    if (row != unit) __syncthreads();
+    if (ahead < rows) fetch_row(ahead, stage == 0 ? kStages - 1 : stage - 1);
     const float inv = inv_rms[row];  // on its way while this row's copies land
-    dev::cp_async_wait_pending<kStages - 1>();
+    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);
+    phases ^= 1u << stage;
     const uint4* const dys = mine + (stage * 2) * kTile;
     float dot = dev::with_extent(full, dot_of, dys);
     dot = dev::group_sum<kCluster>(dot, kGroup, parity, slots, entry);
@@ -554,7 +548,6 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     T* const dxr = dx + row * n + first;
     dev::with_extent(full, write, dys, dxr, inv, c);
   }
-  dev::cp_async_wait_pending<0>();
   if (RMSNORM_DW_PDL) dev::let_next_grid_start();
   float* const pr = partial + unit * n + first;  // unit < 2^20, n < 2^20
 #pragma unroll
@@ -577,24 +570,24 @@ inline size_t bwd_scratch_bytes(const plan::Plan& p, int vec) {
 template <int... kGroups>
 struct Groups {};
 
-// go(kernel(vpt, group)) for the kernel whose compile-time group is the plan's group (when it is one
-// of kGroups and plan::FixedGroup allows it), else for the one that reads the group at run time
-// (group 0).
-template <typename Vpt, typename Kernel, typename Go, int... kGroups>
-cudaError_t with_group(int group, Vpt vpt, Kernel kernel, Go go, Groups<kGroups...>) {
+// go(vpt, group) for the group fixed at compile time that is the plan's group (when it is one of kGroups
+// and plan::FixedGroup allows it), else for group 0 (the kernel that reads the group at run time); go
+// launches the kernel of that vpt and group.
+template <typename Vpt, typename Go, int... kGroups>
+cudaError_t with_group(int group, Vpt vpt, Go go, Groups<kGroups...>) {
   cudaError_t result = cudaErrorInvalidValue;
   auto one = [&](auto group_tag) {  // true where it launched
     constexpr int kGroup = decltype(group_tag)::value;
     if constexpr (plan::FixedGroup<kGroup>::value) {
       if (group == kGroup) {
-        result = go(kernel(vpt, group_tag));
+        result = go(vpt, group_tag);
         return true;
       }
     }
     return false;
   };
   if ((one(std::integral_constant<int, kGroups>{}) || ...)) return result;
-  return go(kernel(vpt, std::integral_constant<int, 0>{}));
+  return go(vpt, std::integral_constant<int, 0>{});
 }
 
 // Launch one kernel of this family with the plan's CTA size and, when kCluster, its cluster;
@@ -623,29 +616,27 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
     }
     return cudaErrorInvalidValue;  // no kernel for this plan
   }
-  auto kernel = [](auto vpt, auto group) {
-    return fwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>;
-  };
-  auto go = [&](auto k) {
-    return launch<kCluster>(k, p, units, plan::forward_smem_bytes(p), true, stream, x, x_row_stride, weight, y,
-                            inv_rms, rows, n, eps, p.group);
+  auto go = [&](auto vpt, auto group) {
+    return launch<kCluster>(fwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>, p, units,
+                            plan::forward_smem_bytes(p), true, stream, x, x_row_stride, weight, y, inv_rms, rows, n,
+                            eps, p.group);
   };
   using std::integral_constant;
   // The groups layout() makes for each vpt (plan::kFwdPrefVpt = 4, plan::kFwdMaxVpt = 8).
   if constexpr (kCluster) {
     if (p.vpt == plan::kFwdClusterVpt) {
-      return with_group(p.group, integral_constant<int, plan::kFwdClusterVpt>{}, kernel, go, Groups<512, 1024>{});
+      return with_group(p.group, integral_constant<int, plan::kFwdClusterVpt>{}, go, Groups<512, 1024>{});
     }
   } else {
     switch (p.vpt) {
       case 1:
-        return with_group(p.group, integral_constant<int, 1>{}, kernel, go, Groups<>{});
+        return with_group(p.group, integral_constant<int, 1>{}, go, Groups<>{});
       case 2:
-        return with_group(p.group, integral_constant<int, 2>{}, kernel, go, Groups<32>{});
+        return with_group(p.group, integral_constant<int, 2>{}, go, Groups<32>{});
       case 4:
-        return with_group(p.group, integral_constant<int, 4>{}, kernel, go, Groups<32, 64, 128, 256, 512>{});
+        return with_group(p.group, integral_constant<int, 4>{}, go, Groups<32, 64, 128, 256, 512>{});
       case 8:
-        return with_group(p.group, integral_constant<int, 8>{}, kernel, go, Groups<512>{});
+        return with_group(p.group, integral_constant<int, 8>{}, go, Groups<512>{});
       default:
         break;
     }
@@ -668,22 +659,20 @@ cudaError_t backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, co
     return cudaErrorInvalidValue;  // no kernel for this plan
   }
   const size_t smem = bwd_scratch_bytes(p, vec_of<T>());
-  auto kernel = [](auto vpt, auto group) {
-    return bwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>;
-  };
-  auto go = [&](auto k) {
-    return launch<kCluster>(k, p, units, smem, false, stream, dy, dy_row_stride, x, x_row_stride, weight, inv_rms,
-                            dx, partial, rows, n, p.group);
+  auto go = [&](auto vpt, auto group) {
+    return launch<kCluster>(bwd_kernel<T, W, decltype(vpt)::value, kCluster, decltype(group)::value>, p, units, smem,
+                            false, stream, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n,
+                            p.group);
   };
   using std::integral_constant;
   if constexpr (kCluster) {
     if (p.vpt == plan::kBwdClusterVpt) {
-      return with_group(p.group, integral_constant<int, plan::kBwdClusterVpt>{}, kernel, go, Groups<512, 1024>{});
+      return with_group(p.group, integral_constant<int, plan::kBwdClusterVpt>{}, go, Groups<512, 1024>{});
     }
   } else {
-    if (p.vpt == 1) return with_group(p.group, integral_constant<int, 1>{}, kernel, go, Groups<>{});
+    if (p.vpt == 1) return with_group(p.group, integral_constant<int, 1>{}, go, Groups<>{});
     if (p.vpt == 2) {
-      return with_group(p.group, integral_constant<int, 2>{}, kernel, go, Groups<32, 64, 128, 256, 512>{});
+      return with_group(p.group, integral_constant<int, 2>{}, go, Groups<32, 64, 128, 256, 512>{});
     }
   }
   return cudaErrorInvalidValue;  // no kernel for this plan

@@ -148,8 +148,8 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 65,536 vectors,
     # the longest row a cluster holds (16 staged CTAs of 16 vectors a thread past 32,768: bfloat16 N =
-    # 512K, float32 256K); the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 64K to 256K
-    # staged) and past 16,384 of 4-byte ones (float32 16K, 32K and 64K register clusters of 4, 8 and 16).
+    # 512K, float32 256K); the backward past 32,768 vectors of either width (bfloat16 N = 16K to 256K and
+    # float32 128K staged).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
@@ -162,9 +162,9 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
         assert p["f_split"] == (v > 65536), (v, width, p)
         # the staged forward past 2,048 vectors (bfloat16 N = 32K, float32 16K), at 16 vectors a thread past 32,768
         assert p["f_staged"] == (2048 < v <= 65536) and (p["f_vpt"] == 16) == (32768 < v <= 65536), (v, width, p)
-        assert p["b_split"] == (v > (32768 if width == 2 else 16384)), (v, width, p)
-        # the staged backward: 2-byte elements past 4,096 vectors to 32,768; 4-byte ones never
-        assert p["b_staged"] == (width == 2 and 4096 < v <= 32768), (v, width, p)
+        assert p["b_split"] == (v > 32768), (v, width, p)
+        # the staged backward to 32,768 vectors: 2-byte elements past 1,024, 4-byte ones past 16,384
+        assert p["b_staged"] == ((1024 if width == 2 else 16384) < v <= 32768), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -188,8 +188,8 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and of 2 to 16 backward, the staged forward (at 8 and 16 vectors a thread) and backward (the
-    backward in clusters of 4 and 16), the split forward and backward,
+    forward and of 2 to 16 backward, the staged forward (at 8 and 16 vectors a thread) and backward (in
+    one CTA and clusters of 2, 4 and 16, of both widths), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
@@ -211,9 +211,9 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
-    assert {cl for g, cl, st in bwd if st} >= {4, 16}, bwd  # and of 16
-    # 2-byte elements: no 4-byte row is staged with the default thresholds
-    assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2}, fast
+    assert {cl for g, cl, st in bwd if st} >= {1, 2, 4, 16}, bwd  # one CTA, and clusters of 2 and 16
+    # 2-byte elements (the weight and grad_weight's sums in registers) and 4-byte ones (the sums in shared memory)
+    assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
@@ -286,7 +286,7 @@ def _fixed_groups(text: str, launcher: str, constants: dict[str, int]) -> set[tu
     clustered, plain = body.split("if constexpr (kCluster) {", 1)[1].split("} else {", 1)
     out = set()
     for cluster, part in ((True, clustered), (False, plain)):
-        for vpt, groups in re.findall(r"integral_constant<int, ([\w:]+)>\{\}, kernel, go, Groups<([\d, ]*)>", part):
+        for vpt, groups in re.findall(r"integral_constant<int, ([\w:]+)>\{\}, go, Groups<([\d, ]*)>", part):
             v = int(vpt) if vpt.isdigit() else constants[vpt.removeprefix("plan::")]
             out |= {(cluster, v, int(g)) for g in groups.replace(" ", "").split(",") if g}
     return out
