@@ -221,7 +221,8 @@ __device__ __forceinline__ void reads_before_bulk_copies() {
 // Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into this CTA's shared
 // memory with the bulk-copy engine (TMA), the bytes counted on the mbarrier at shared address bar (which
 // expect_bytes has told of them). Then wait_phase(bar, ...) in every thread that reads them.
-__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes, unsigned int bar) {
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes,
+                                                    unsigned int bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                    smem_address(smem)),
                "l"(gmem), "r"(bytes), "r"(bar)

@@ -130,7 +130,9 @@ __global__ void __launch_bounds__(kColumnThreads)
 }
 
 // CTAs of per_cta columns each that cover n columns.
-inline unsigned int ctas_for(int64_t n, int64_t per_cta) { return static_cast<unsigned int>((n + per_cta - 1) / per_cta); }
+inline unsigned int ctas_for(int64_t n, int64_t per_cta) {
+  return static_cast<unsigned int>((n + per_cta - 1) / per_cta);
+}
 
 }  // namespace
 

@@ -106,14 +106,18 @@ constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
 // 0.83 -> 0.87; bfloat16 N = 65536 / 262144 0.77 / 0.71 -> 0.68 / 0.56 (its float weight is 64
 // registers); the lengths other paths take unchanged. Making the staged CTAs persistent as well (3 or
 // 6 a multiprocessor, rows grid-strided) lost everywhere (float32 65536 0.66-0.68, bfloat16 65536 0.55-0.65).
+// Those figures were of the cp.async forward. With the bulk copy, which holds no register for x in flight,
+// float32's weight 4 words ahead at 5 CTAs a multiprocessor (48 registers, no spills) beat it held at 3
+// (one run of benchmarks/variants.py, users' path, held / ahead): float32 N = 16K 0.93 / 0.94, 64K 0.90 /
+// 0.94, 128K 0.84 / 0.92, 256K (16 vectors a thread, never held) 0.79 / 0.80. Hence none held.
 #ifndef RMSNORM_FWD_STAGED_HOLD_W
-#define RMSNORM_FWD_STAGED_HOLD_W 4
+#define RMSNORM_FWD_STAGED_HOLD_W 0
 #endif
 template <int kElementBytes>
 struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
   static constexpr bool value = RMSNORM_FWD_STAGED_HOLD_W > 0 && kElementBytes >= RMSNORM_FWD_STAGED_HOLD_W;
 };
-// The staged forward's weight where it is not held (2-byte elements): RMSNORM_FWD_STAGED_W_AHEAD 16-byte
+// The staged forward's weight where it is not held (any element, by default): RMSNORM_FWD_STAGED_W_AHEAD 16-byte
 // words of it loaded ahead of their use, a thread's first ones with the row's copies and each next one
 // as a vector of y is written (0: each loaded where it is used). Loaded where used, the 8 loads of a
 // thread's weight were 8 L2 round trips one after another (SASS, sm_90a: the compiler, held to 40
