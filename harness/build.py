@@ -224,16 +224,20 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     t0 = time.perf_counter()
     fix_cflags, fix_ldflags = toolchain_flags()
     try:
-        module = cpp_extension.load(
-            name=name,
-            sources=[str(s) for s in spec.sources],
-            extra_cflags=list(spec.extra_cflags) + list(fix_cflags) + [f"-D{d}" for d in spec.defines],
-            extra_ldflags=list(fix_ldflags),
-            extra_cuda_cflags=list(spec.extra_cuda_cflags) + [f"-D{d}" for d in spec.defines],
-            build_directory=str(build_dir),
-            with_cuda=spec.with_cuda,
-            verbose=verbose,
-        )
+        # Every load of a build folder holds its load lock, which the system releases when the
+        # holder dies: a torch lock file found meanwhile is stale (clear_stale_torch_lock).
+        with file_lock(build_dir / LOAD_LOCK):
+            clear_stale_torch_lock(build_dir, say)
+            module = cpp_extension.load(
+                name=name,
+                sources=[str(s) for s in spec.sources],
+                extra_cflags=list(spec.extra_cflags) + list(fix_cflags) + [f"-D{d}" for d in spec.defines],
+                extra_ldflags=list(fix_ldflags),
+                extra_cuda_cflags=list(spec.extra_cuda_cflags) + [f"-D{d}" for d in spec.defines],
+                build_directory=str(build_dir),
+                with_cuda=spec.with_cuda,
+                verbose=verbose,
+            )
     finally:
         if spec.with_cuda:
             if old_arch is None:
@@ -246,6 +250,28 @@ def build(spec: BuildSpec, *, verbose: bool = False, log=None) -> ModuleType:
     if not stamp.is_file():
         stamp.write_text(name)
     return module
+
+
+LOAD_LOCK = "load.lock"  # held (an OS lock) by every build() of a build folder, around torch's load
+
+
+def clear_stale_torch_lock(build_dir: Path, say) -> bool:
+    """Remove torch's lock file from build_dir when it is stale; True if one was removed. Called
+    with build_dir's LOAD_LOCK held. torch before 2.13 serialises the loads of one build folder on a
+    lock *file* (FileBaton) that only its holder removes: a process killed inside a load (a spare
+    worker stopped while it loaded, a lane's limit, Ctrl-C) leaves it, and every later load of that
+    folder waits for it forever (pytorch/pytorch#189245; a judge lane's gate once waited 270 s after
+    its last test, until the lane's limit ended it). Every load here holds LOAD_LOCK first, so no
+    load is inside torch's lock while it is held: a lock file found then was left by a dead one.
+    torch's newer lock (an OS lock on the same file) is left alone."""
+    from torch.utils import cpp_extension
+
+    lock = Path(build_dir) / "lock"
+    if getattr(cpp_extension, "FileBaton", None) is None or not lock.exists():
+        return False
+    lock.unlink(missing_ok=True)
+    say(f"rmsnorm: removed {lock}, a build lock left by a process that ended inside a load")
+    return True
 
 
 def built_before(spec: BuildSpec) -> str | None:

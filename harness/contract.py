@@ -83,6 +83,16 @@ class Contract:
                 "n_multiple_of": self.n_multiple_of,
                 "zero_rows": self.zero_rows}
 
+    def to_json(self) -> dict:
+        """The contract and where it was declared (Contract.from_json reads it back)."""
+        return {**self.to_dict(), "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Contract":
+        d = dict(d)
+        source = d.pop("source", "")
+        return cls.from_dict(d, source) if source else cls()
+
     def allows(self, case: Case) -> bool:
         weight_ok = (("same" in self.weight_dtypes and case.weight_dtype == case.dtype)
                      or ("float32" in self.weight_dtypes and case.weight_dtype == "float32"))

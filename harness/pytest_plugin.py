@@ -313,6 +313,7 @@ def collect_tally() -> "_state.Tally":
     if d and Path(d).is_dir():
         for p in sorted(Path(d).glob("tally-*.json")):
             t.merge(json.loads(p.read_text()))
+    _state.adopt_contract(t.contract)
     return t
 
 

@@ -65,6 +65,9 @@ class Tally:
         # values (ACCURACY_PATTERNS): the target's accuracy.
         self.errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.worst_error: dict[str, tuple] = {}  # "dtype output" -> (units, law, case): where the worst one was
+        # The contract the target was held to (Contract.to_json), as a worker learned it: the
+        # process that reports (an xdist controller) need not load the target to ask.
+        self.contract: dict | None = None
 
     def add_calls(self, calls) -> None:
         for n, first, secs in calls or ():
@@ -119,6 +122,7 @@ class Tally:
             "later_calls": self.later_calls,
             "errors": {d: dict(outs) for d, outs in self.errors.items()},
             "worst_error": self.worst_error,
+            "contract": self.contract,
         }
 
     def merge(self, d: dict) -> None:
@@ -137,6 +141,8 @@ class Tally:
         for law, f in d.get("unfinished", {}).items():
             self.unfinished.setdefault(law, f)
         self.worker.update(d.get("worker", {}))
+        if d.get("contract") is not None:
+            self.contract = d["contract"]
         self.cut_short.update(d.get("cut_short", {}))
         self.shrink_cut.update(d.get("shrink_cut", {}))
         self.applies |= set(d.get("applies", []))
@@ -349,6 +355,16 @@ def contract():
             c = Contract.from_dict(declared, f"declared by {target_spec()}") if declared else Contract()
         _CONTRACT = c
     return _CONTRACT
+
+
+def adopt_contract(d: dict | None) -> None:
+    """Take the contract a worker process of this run learned (Tally.contract), unless this process
+    knows it already: the xdist controller reports without starting a worker of its own."""
+    global _CONTRACT
+    if _CONTRACT is None and d:
+        from .contract import Contract
+
+        _CONTRACT = Contract.from_json(d)
 
 
 # What a compiler keys on, of each case drawn so far, in the order first drawn: (shape, dtype, weight
@@ -574,6 +590,8 @@ def write_tally(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if _RUNNER is not None:
         TALLY.worker = Counter(restarts=_RUNNER.restarts, kept=_RUNNER.kept_after_crash)
+    if _CONTRACT is not None:
+        TALLY.contract = _CONTRACT.to_json()
     p = directory / f"tally-{os.getpid()}-{int(time.time() * 1000)}.json"
     p.write_text(json.dumps(TALLY.to_json()))
     return p

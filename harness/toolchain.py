@@ -134,9 +134,12 @@ _CHILD = textwrap.dedent("""\
 
 
 def _try(variant: int, root: Path) -> tuple[bool, str]:
+    from .build import clear_stale_torch_lock
+
     desc, cflags, ldflags = VARIANTS[variant]
     d = root / f"v{variant}"
     d.mkdir(parents=True, exist_ok=True)
+    clear_stale_torch_lock(d, lambda s: None)  # a probe ended inside its load (toolchain.lock is held)
     src = d / "toolchain_probe.cpp"
     src.write_text(PROBE_SOURCE)
     name = f"rmsnorm_toolchain_probe_v{variant}"

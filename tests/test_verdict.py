@@ -268,3 +268,26 @@ def test_a_gate_whose_laws_failed_names_them_before_coverage():
         "3 test(s) failed; coverage too: 1 law(s) checked too few cases"
     assert describe_failed(0, 1, []) == "1 law(s) failed, stopped while shrinking"
     assert describe_failed(2, 1, []) == "2 test(s) failed; 1 law(s) failed, stopped while shrinking"
+
+
+def test_the_reporting_process_takes_the_contract_its_workers_learned(monkeypatch, tmp_path):
+    """Under -n, the controller reports what the workers tallied; it must not load the target again
+    to learn the contract (a judge lane's gate once waited on such a load after its last test)."""
+    from harness import pytest_plugin, session
+    from harness.contract import Contract
+
+    declared = Contract.from_dict({"dtypes": ["float32"], "max_n": 4096}, "declared by a worker's target")
+    t = session.Tally()
+    t.contract = declared.to_json()
+    (tmp_path / "tally-1-1.json").write_text(json.dumps(t.to_json()))
+    monkeypatch.setenv("RMSNORM_TALLY_DIR", str(tmp_path))
+    monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
+    monkeypatch.setattr(session, "_CONTRACT", None)
+
+    def no_worker():
+        raise AssertionError("the reporting process started a worker to learn the contract")
+
+    monkeypatch.setattr(session, "runner", no_worker)
+    pytest_plugin.collect_tally()
+    got = session.contract()
+    assert got == declared and got.declared, got

@@ -31,6 +31,49 @@ def test_a_hang_is_reported_and_the_run_goes_on():
         r.stop()
 
 
+def test_a_load_ended_inside_torchs_build_lock_does_not_block_the_next(tmp_path, monkeypatch):
+    """torch before 2.13 (the GPU machine's 2.11) keeps a build folder's loads apart with a lock
+    file that only its holder removes: a worker killed inside a load leaves it, and the next load of
+    that folder waited for it forever. build() holds the folder's load lock (an OS lock) and removes
+    such a file first; torch's newer lock file is left alone."""
+    import fcntl
+    import types
+
+    from torch.utils import cpp_extension
+
+    from harness import build
+
+    monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path / "builds"))
+    src = tmp_path / "target.cpp"
+    src.write_text("// a target's source\n")
+    spec = build.sources_spec([src])
+    d = build.build_dir_of(spec)
+    d.mkdir(parents=True)
+    seen = []
+
+    def load(**kw):
+        with open(d / build.LOAD_LOCK) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+        seen.append((held, (d / "lock").exists()))
+        return types.ModuleType(kw["name"])
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    said = []
+    monkeypatch.setattr(cpp_extension, "FileBaton", object, raising=False)  # torch's old lock
+    (d / "lock").write_text("")  # what a process ended inside torch's load leaves
+    build.build(spec, log=said.append)
+    assert seen == [(True, False)], seen
+    assert any("left by a process that ended inside a load" in s for s in said), said
+    monkeypatch.delattr(cpp_extension, "FileBaton")  # torch's OS lock on the same file
+    (d / "lock").write_text("")
+    build.build(spec, log=said.append)
+    assert seen[1] == (True, True), seen
+
+
 def test_a_target_that_rejects_everything_fails_the_run(tmp_path):
     code, out = pytest_run("properties/test_forward.py", "--rmsnorm-target", "module:tests.targets.reject_all",
                            "--rmsnorm-corpus", str(tmp_path))
