@@ -239,14 +239,14 @@ CATALOGUE: tuple[Mutant, ...] = (
     # The staged forward's threads read its slab before the bulk copy has landed: what shared memory held
     # before, or bytes still arriving. racecheck judges it.
     Mutant("fast_staged_copy_not_awaited", "cuda", "a staged row read from shared memory before its async copy lands",
-           (Edit(ROWS, "    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));\n",
+           (Edit(ROWS, "    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));\n",
                  ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 8)),  # staged forwards, clusters of 4 and 8
     # The staged backward's rows take turns in shared-memory stages; reading one before its bulk copies have
     # landed reads the row a stage held before, or bytes still arriving: a matter of timing, as above.
     Mutant("fast_staged_bwd_copy_not_awaited", "cuda", "the staged backward reads a row from shared memory before "
            "its async copies land",
-           (Edit(ROWS, "    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);\n",
+           (Edit(ROWS, "    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);\n",
                  ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 17)),  # staged backwards, clusters of 4
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread read from the same shared-memory slot",

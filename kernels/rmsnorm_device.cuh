@@ -195,6 +195,13 @@ __device__ __forceinline__ void init_mbarriers(unsigned long long* bars, int cou
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+// Every thread of the CTA: thread 0 sets up `count` mbarriers (init_mbarriers), and no thread goes on
+// before that (each may wait on them next).
+__device__ __forceinline__ void setup_cta_mbarriers(unsigned long long* bars, int count) {
+  if (threadIdx.x == 0) init_mbarriers(bars, count);
+  __syncthreads();
+}
+
 // Wait until the phase of parity `phase` of the mbarrier at shared address bar has completed.
 __device__ __forceinline__ void wait_phase(unsigned int bar, unsigned int phase) {
   asm volatile(
@@ -227,6 +234,33 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem
                    smem_address(smem)),
                "l"(gmem), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// The bytes of a row's slab (`tile` 16-byte vectors from vector rank * tile) that lie inside a row of n_vec
+// vectors: 0 in a cluster's CTA past the row's end, which copies and awaits nothing.
+__device__ __forceinline__ unsigned int slab_bytes(int n_vec, unsigned int rank, int tile) {
+  const int left = n_vec - static_cast<int>(rank) * tile;
+  return left <= 0 ? 0u : static_cast<unsigned int>(left < tile ? left : tile) * 16u;
+}
+
+__device__ __forceinline__ void bulk_copies_to_shared(unsigned int, unsigned int) {}
+
+template <typename... Pairs>
+__device__ __forceinline__ void bulk_copies_to_shared(unsigned int bar, unsigned int bytes, void* smem,
+                                                      const void* gmem, Pairs... rest) {
+  bulk_copy_to_shared(smem, gmem, bytes, bar);
+  bulk_copies_to_shared(bar, bytes, rest...);
+}
+
+// Thread 0, after a CTA barrier that follows every thread's last read of the destinations: copy the CTA's
+// slabs (shared destination, global source pairs; `bytes` each) by bulk copy, counted on the mbarrier at
+// shared address bar. Every thread that reads them waits on bar's phase first (wait_phase).
+template <typename... Pairs>
+__device__ __forceinline__ void copy_slabs(unsigned int bar, unsigned int bytes, Pairs... pairs) {
+  static_assert(sizeof...(Pairs) % 2 == 0, "(shared destination, global source) pairs");
+  reads_before_bulk_copies();
+  expect_bytes(bar, bytes * static_cast<unsigned int>(sizeof...(Pairs) / 2));
+  bulk_copies_to_shared(bar, bytes, pairs...);
 }
 
 // The address of the same shared-memory variable in the CTA of rank `rank` of this cluster.

@@ -56,8 +56,11 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 // hence staged past 2,048 vectors. Lost, not kept: a persistent grid (as many CTAs as the GPU runs at
 // once, each with two or three rows in shared memory, the next copying in while it writes this one),
 // bfloat16 64K 0.82 -> 0.77-0.78 with cp.async and 0.88 -> 0.82 with the bulk copy; cp.async asking L2
-// for 128 or 256 bytes (.L2::128B, .L2::256B), 0.81 -> 0.81-0.82. The build can override these
-// (-DRMSNORM_FWD_STAGED_FROM=...; 0 turns the staged path off) to compare settings.
+// for 128 or 256 bytes (.L2::128B, .L2::256B), 0.81 -> 0.81-0.82; CTAs of 128 threads (twice as many a
+// multiprocessor, each half as long, for a shorter last wave), bfloat16 64K / 128K / 256K 0.89 / 0.88 /
+// 0.85 -> 0.86 / 0.83 / 0.79 and float32 64K 0.93 -> 0.89 (one run, users' path; float32 256K then has no
+// staged plan). The build can override these (-DRMSNORM_FWD_STAGED_FROM=...; 0 turns the staged path off)
+// to compare settings.
 #ifndef RMSNORM_FWD_STAGED_FROM
 #define RMSNORM_FWD_STAGED_FROM 2048
 #endif
@@ -298,8 +301,11 @@ static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 t
 // to clusters once their grids were capped to the clusters that fit (above). The forward splits only
 // rows longer than any cluster holds (65,536 vectors: 16 staged CTAs of 16 vectors a thread): with the
 // staged forward's weight loaded ahead (kFwdStagedWAhead), float32 N = 262,144 (65,536 vectors) read
-// 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). The
-// build can override each (0: off).
+// 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). Lost,
+// not kept: float32 rows of 32,769 to 65,536 vectors (N = 256K) staged backward in a cluster of 16 at 8
+// vectors a thread, with ONE stage (128 KB of grad_out and x and 64 KB of grad_weight sums a CTA), which
+// reads each byte once: 0.56 split -> 0.52 (one run, users' path; not profiled: with one stage a row's
+// copy starts only once the row before it is written). The build can override each (0: off).
 #ifndef RMSNORM_FWD_SPLIT_FROM
 #define RMSNORM_FWD_SPLIT_FROM 65536
 #endif

@@ -143,9 +143,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   // that holds the row's end.
   const int count = first_vec < n_vec ? (n_vec - first_vec + kGroup - 1) / kGroup : 0;
   const bool full = count >= kVpt;
-  // The slab's vectors inside the row (none in a cluster's CTAs past the row's end: they copy nothing).
-  const int slab_vecs = n_vec - static_cast<int>(rank) * kTile;
-  const unsigned int slab_bytes = static_cast<unsigned int>(slab_vecs < kTile ? slab_vecs : kTile) * 16u;
+  const unsigned int slab_bytes = dev::slab_bytes(n_vec, rank, kTile);  // 0: past the row's end
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
   const int64_t first = int64_t(first_vec) * kVec;  // its first element's column
@@ -155,8 +153,7 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   // its use: the first kAhead issued with the row's copy, each next one as a vector of y is written.
   constexpr int kAheadWords = plan::kFwdStagedWAhead * 16 / static_cast<int>(sizeof(VW));
   constexpr int kAhead = kHoldW ? kVpt : kAheadWords < kVpt ? kAheadWords : kVpt;
-  if (threadIdx.x == 0) dev::init_mbarriers(&landed, 1);
-  __syncthreads();  // every thread waits on landed only once it is set up
+  dev::setup_cta_mbarriers(&landed, 1);
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
   VW wv[kAhead > 0 ? kAhead : 1];  // the weight of this thread's columns: all of them when held, else a ring
@@ -210,13 +207,9 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
     // A CTA takes a second row only past plan::kMaxFwdCtas: its threads are done with the tile first.
     if (row != unit) __syncthreads();
     const T* xr = x + row * x_row_stride + first;  // thread 0's: the slab's start
-    if (threadIdx.x == 0 && slab_vecs > 0) {
-      dev::reads_before_bulk_copies();
-      dev::expect_bytes(dev::smem_address(&landed), slab_bytes);
-      dev::bulk_copy_to_shared(tile, xr, slab_bytes, dev::smem_address(&landed));
-    }
+    if (threadIdx.x == 0 && slab_bytes > 0) dev::copy_slabs(dev::smem_address(&landed), slab_bytes, tile, xr);
     if constexpr (!kHoldW) load_w();  // each row: the ring ends holding its last vectors' weight
-    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));
+    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));
     float ss = dev::with_extent(full, squares);
     ss = dev::group_sum<kCluster>(ss, kGroup, parity, slots, entry);
     const float inv = dev::rsqrt_acc(ss / static_cast<float>(n) + eps);
@@ -447,11 +440,9 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   uint4* const mine = staged + lane;  // stage s: grad_out's vector v at mine[2 s kTile + v kGroup], x's kTile on
   // The stage's bytes counted on landed[stage]; phases: bit s, the parity of landed[s]'s phase to wait for next.
   __shared__ unsigned long long landed[kStages];
-  const int slab_vecs = n_vec - static_cast<int>(rank) * kTile;  // none in a CTA past the row's end
-  const unsigned int slab_bytes = static_cast<unsigned int>(slab_vecs < kTile ? slab_vecs : kTile) * 16u;
+  const unsigned int slab_bytes = dev::slab_bytes(n_vec, rank, kTile);  // 0: past the row's end
   unsigned int phases = 0;
-  if (threadIdx.x == 0) dev::init_mbarriers(landed, kStages);
-  __syncthreads();  // every thread waits on landed only once it is set up
+  dev::setup_cta_mbarriers(landed, kStages);
   auto inside = [&](int v) { return v < count; };
   // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
   // sums in shared memory after the stages and the weight loaded with each row.
@@ -510,13 +501,10 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     }
   };
   auto fetch_row = [&](int64_t row, int stage) {  // thread 0: the row's slabs into the stage
-    if (threadIdx.x == 0 && slab_vecs > 0) {
-      const unsigned int bar = dev::smem_address(&landed[stage]);
+    if (threadIdx.x == 0 && slab_bytes > 0) {
       const int64_t slab = int64_t(rank) * kTile * kVec;  // the slab's first column
-      dev::reads_before_bulk_copies();
-      dev::expect_bytes(bar, 2 * slab_bytes);
-      dev::bulk_copy_to_shared(staged + (stage * 2) * kTile, dy + row * dy_row_stride + slab, slab_bytes, bar);
-      dev::bulk_copy_to_shared(staged + (stage * 2 + 1) * kTile, x + row * x_row_stride + slab, slab_bytes, bar);
+      dev::copy_slabs(dev::smem_address(&landed[stage]), slab_bytes, staged + (stage * 2) * kTile,
+                      dy + row * dy_row_stride + slab, staged + (stage * 2 + 1) * kTile, x + row * x_row_stride + slab);
     }
   };
   // The first kStages - 1 rows' copies.
@@ -539,7 +527,7 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     if (row != unit) __syncthreads();
     if (ahead < rows) fetch_row(ahead, stage == 0 ? kStages - 1 : stage - 1);
     const float inv = inv_rms[row];  // on its way while this row's copies land
-    if (slab_vecs > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);
+    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);
     phases ^= 1u << stage;
     const uint4* const dys = mine + (stage * 2) * kTile;
     float dot = dev::with_extent(full, dot_of, dys);
