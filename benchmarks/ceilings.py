@@ -6,9 +6,11 @@ each N. ``copy`` moves a forward's bytes (read M·N elements, write M·N: ``dst.
 2^26 (the bench's size) and 2^27, which splits a call's time into a fixed part and a rate:
 t = fixed + bytes / rate. ``copy, read flush`` is the copy with the L2 flushed by reading 256 MB
 instead of zeroing it, so that no dirty line of the flush is left to write back during the timed
-call. A script, not a test; its output is committed beside it (benchmarks/ceilings-h200.txt).
+call. ``--peers`` times peers' users' paths the same way (``harness bench``'s names), so that a
+peer's lead at a shape can be put down to its fixed part or its rate. A script, not a test; its output
+is committed beside it (benchmarks/ceilings-h200.txt).
 
-  python3 benchmarks/ceilings.py [--dtypes bfloat16,float32] [--n 1024,4096,16384,65536,262144]
+  python3 benchmarks/ceilings.py [--dtypes bfloat16,float32] [--n 1024,4096,16384,65536,262144] [--peers liger]
 """
 
 from __future__ import annotations
@@ -53,19 +55,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--n", default="1024,4096,16384,65536,262144")
+    ap.add_argument("--peers", default="", help="peers' users' paths timed beside the project's (e.g. liger)")
     args = ap.parse_args()
     import torch
 
     from harness import bench
-    from rmsnorm import RMSNorm
 
     if not torch.cuda.is_available():
         raise SystemExit("ceilings: needs a CUDA GPU, but torch.cuda.is_available() is False")
+    impls, skipped = bench.implementations(["project"], [p for p in args.peers.split(",") if p])
+    impls = [i for i in impls if i.path == bench.USERS]  # the users' paths: the module, autograd
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     ns = [int(n) for n in args.n.split(",")]
     ceiling = bench.copy_ceiling_gbps()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; copy ceiling (1 GiB, the bench's): "
           f"{ceiling:.0f} GB/s\n")
+    for line in skipped:
+        print(f"not timed: {line}\n")
     print("Each cell: GB/s (fraction of the copy ceiling) at M·N = 2^26 | at 2^27; then the fit "
           "t = fixed + bytes / rate: fixed us, rate GB/s (its fraction of the ceiling).\n")
     print("| dtype | what | 2^26 | 2^27 | fixed us | rate |")
@@ -86,24 +92,20 @@ def main() -> int:
         rows.append(("copy, read flush", 2, rcopy_t))
         rows.append(("add", 3, add_t))
         for n in ns:
-            fwd_t, bwd_t = [], []
-            for elements in SIZES:
-                m = elements // n
-                x = torch.randn(m, n, device="cuda", dtype=dtype)
-                dy = torch.randn_like(x)
-                mod = RMSNorm(n, device="cuda", dtype=dtype)
-                xg = x.detach().requires_grad_()
-                y = mod(xg)
-
-                def forward():
-                    with torch.no_grad():
-                        return mod(x)
-
-                fwd_t.append(bench.time_ms(forward))
-                bwd_t.append(bench.time_ms(lambda: torch.autograd.grad(y, (xg, mod.weight), dy, retain_graph=True)))
-                del x, dy, xg, y, mod
-            rows.append((f"project forward N={n}", 2, fwd_t))
-            rows.append((f"project backward N={n}", 3, bwd_t))
+            for impl in impls:
+                fwd_t, bwd_t = [], []
+                try:
+                    for elements in SIZES:
+                        x = torch.randn(elements // n, n, device="cuda", dtype=dtype)
+                        calls = impl.setup(x, torch.randn(n, device="cuda", dtype=dtype), torch.randn_like(x))
+                        fwd_t.append(bench.time_ms(calls.forward))
+                        bwd_t.append(bench.time_ms(calls.backward))
+                        del x, calls
+                except Exception as e:  # noqa: BLE001 - a peer that refuses a shape: said, not timed
+                    print(f"| {str(dtype).replace('torch.', '')} | {impl.name} N={n} | {bench._why(e)} | | | |")
+                    continue
+                rows.append((f"{impl.name} forward N={n}", 2, fwd_t))
+                rows.append((f"{impl.name} backward N={n}", 3, bwd_t))
         for what, streams, (t1, t2) in rows:
             b1, b2 = streams * SIZES[0] * size, streams * SIZES[1] * size
             g1, g2 = b1 / (t1 * 1e-3) / 1e9, b2 / (t2 * 1e-3) / 1e9
