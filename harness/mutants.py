@@ -246,8 +246,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     # landed reads the row a stage held before, or bytes still arriving: a matter of timing, as above.
     Mutant("fast_staged_bwd_copy_not_awaited", "cuda", "the staged backward reads a row from shared memory before "
            "its async copies land",
-           (Edit(ROWS, "    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);\n",
-                 ""),),
+           (Edit(ROWS, "      if (part_bytes[kP] > 0) phases.wait(dev::smem_address(&landed[b]), b);\n", ""),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(7, 17)),  # staged backwards, clusters of 4
     Mutant("fast_staged_slots_overlap", "cuda", "every vector of a thread read from the same shared-memory slot",
            (Edit(ROWS, "*reinterpret_cast<const V*>(&tile[v * kGroup + lane]);", "*reinterpret_cast<const V*>(&tile[lane]);",

@@ -28,7 +28,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 at twice the vectors a
 # thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and
 # clusters of 2, 4 and 16 (2-byte elements, the weight and grad_weight's sums in registers; 4-byte ones,
-# the sums in shared memory, in a cluster of 16), the split path;
+# the sums alone, in a cluster of 16, and at twice the vectors a thread, a row in registers), the split path;
 # the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
 # are kept (the mutants' sanitize_paths name them): new cases go at the end.
 PATHS = (
@@ -48,7 +48,8 @@ PATHS = (
     # (their reduction slots double-buffered by parity).
     ("float32", "float32", 2200, 128, "contiguous"),
     ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
-    # Forward: staged, 16 vectors a thread in a cluster of 16 (rows past 32,768 vectors); backward: split.
+    # Forward: staged, 16 vectors a thread in a cluster of 16 (rows past 32,768 vectors); backward: staged at
+    # 8 vectors a thread in a cluster of 16, the row taken into registers (split until the register row).
     ("float32", "float32", 1, 65536, "contiguous"),
     # Split, both directions (rows past 65,536 vectors forward): the backward in two units of 32 and 8
     # rows; the last slice and strip have one vector and one column (65537 vectors). (float32 at 16385
@@ -66,8 +67,8 @@ PATHS = (
     # Backward: staged in one CTA (bfloat16 N = 16,384; a register cluster of 2 from c0098a7's thresholds
     # to the bulk-copy backward's), 3 rows.
     ("bfloat16", "bfloat16", 3, 2048, "contiguous"),
-    # Backward: staged 4-byte elements (grad_weight's sums in shared memory, the weight loaded with each
-    # row), a cluster of 16 (float32 N = 131,072). Forward: staged, a cluster of 16. One row: with two, the
+    # Backward: staged 4-byte elements (grad_weight's sums in registers, in shared memory until the register
+    # row; the weight loaded with each row), a cluster of 16 (float32 N = 131,072). Forward: staged, a cluster of 16. One row: with two, the
     # laws' own float64 reductions (torch's reduce_kernel, two outputs split over CTAs) drew 23 racecheck
     # errors on the H200 at fe69c28, none of them in this project's kernels.
     ("float32", "float32", 1, 32768, "contiguous"),

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -213,6 +214,28 @@ __device__ __forceinline__ void wait_phase(unsigned int bar, unsigned int phase)
       : "memory");
 }
 
+// The parity of the phase to wait for next of each of up to 32 mbarriers (bit i: the i-th): wait(bar, i)
+// waits for that phase of the mbarrier at shared address bar, then expects the one after. Every phase
+// waited for must complete (one wait a completed phase: a phase nothing was counted on is not waited for).
+struct Phases {
+  unsigned int bits = 0;
+  __device__ __forceinline__ void wait(unsigned int bar, int i) {
+    wait_phase(bar, (bits >> i) & 1u);
+    bits ^= 1u << i;
+  }
+};
+
+// f(std::integral_constant<int, 0>{}), ..., f(std::integral_constant<int, kN - 1>{}): a loop whose index
+// is a compile-time constant in its body (register arrays indexed by it stay registers).
+template <typename F, int... kI>
+__device__ __forceinline__ void unrolled_over(F& f, std::integer_sequence<int, kI...>) {
+  (f(std::integral_constant<int, kI>{}), ...);
+}
+template <int kN, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  unrolled_over(f, std::make_integer_sequence<int, kN>{});
+}
+
 // One thread: tell the mbarrier at shared address bar to expect `bytes` more bytes of bulk copies this
 // phase (its one arrival of the phase), before it issues them (bulk_copy_to_shared).
 __device__ __forceinline__ void expect_bytes(unsigned int bar, unsigned int bytes) {
@@ -279,7 +302,7 @@ __device__ __forceinline__ unsigned int peer_address(unsigned int local, unsigne
 template <bool kCluster>
 struct ClusterEntry {
   bool waited = !kCluster;
-  unsigned int phases = 0;  // bit p: the parity of the phase of arrived[p] to wait for next
+  Phases phases;  // of arrived[0] and arrived[1]
   __device__ __forceinline__ explicit ClusterEntry(ReduceSlots& slots) {
     if constexpr (kCluster) {
 #if RMSNORM_CLUSTER_MBARRIER
@@ -299,8 +322,7 @@ struct ClusterEntry {
   }
   // Wait until every CTA's total of this row has landed in slots.cta[parity].
   __device__ __forceinline__ void wait_arrived(ReduceSlots& slots, int parity) {
-    wait_phase(smem_address(&slots.arrived[parity]), (phases >> parity) & 1u);
-    phases ^= 1u << parity;
+    phases.wait(smem_address(&slots.arrived[parity]), parity);
   }
 };
 

@@ -205,7 +205,8 @@ constexpr int kBwdClusterVpt = 2;
 // before); float32 staged past 2048 vectors to 32768 (no split to 32768), 16K 0.90 / 0.88, 32K 0.90 /
 // 0.91, 64K 0.90 / 0.89 (register clusters before), but 128K 0.58 split / 0.83 staged in a cluster of
 // 16. Hence bfloat16 staged past 1024 vectors and float32 past 16384 to 32768 (N = 128K), the split
-// from there. The build can override each (0: off, or no limit).
+// from there; float32 to 65,536 vectors (N = 256K) since the register row (RMSNORM_BWD_STAGED_REG_ROW,
+// below). The build can override each (0: off, or no limit).
 #ifndef RMSNORM_BWD_STAGED_FROM
 #define RMSNORM_BWD_STAGED_FROM 1024
 #endif
@@ -216,7 +217,7 @@ constexpr int kBwdClusterVpt = 2;
 #define RMSNORM_BWD_STAGED_TO 32768
 #endif
 #ifndef RMSNORM_BWD_STAGED_TO4
-#define RMSNORM_BWD_STAGED_TO4 32768
+#define RMSNORM_BWD_STAGED_TO4 65536
 #endif
 constexpr int64_t kBwdStagedFrom = RMSNORM_BWD_STAGED_FROM;
 constexpr int64_t kBwdStagedFrom4 = RMSNORM_BWD_STAGED_FROM4;
@@ -245,8 +246,9 @@ struct BwdPipeline {  // a constant, not a function: the kernels read it (plan.h
 // (their product sets the shared memory a CTA holds: backward_staged_bytes). On the H200 (one run
 // of benchmarks/variants.py, backward, the operator's time in us, 256 threads of 8 vectors / 512 of
 // 4 / 1024 of 2): bf16 N = 16K 126 / 124 / 139, 32K 135 / 127 / 145; fp32 16K 273 / 258 / 265. So
-// 16 warps a multiprocessor, with 127-128 registers a thread (ptxas, sm_90a; 72-80 for float32), no
-// spills. The build can override both (RMSNORM_BWD_STAGED_CTA, RMSNORM_BWD_STAGED_VPT).
+// 16 warps a multiprocessor, with 127-128 registers a thread (ptxas, sm_90a; float32 72-80, 88 since
+// grad_weight's sums are in registers, 128 at 8 vectors a thread), no spills. The build can override both
+// (RMSNORM_BWD_STAGED_CTA, RMSNORM_BWD_STAGED_VPT).
 #ifndef RMSNORM_BWD_STAGED_CTA
 #define RMSNORM_BWD_STAGED_CTA 512
 #endif
@@ -281,6 +283,75 @@ struct BwdStagedHold {  // a constant, not a function: the kernels read it (plan
 };
 constexpr int kBwdStages = RMSNORM_BWD_STAGES;
 static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 to 4 rows in flight");
+// The staged backward's parts: a thread's vectors of a row go through shared memory in parts of
+// RMSNORM_BWD_STAGED_PART vectors (0: all of them, one part a row), each part's slabs of grad_out and x
+// (contiguous in both) copied by their own bulk copies and counted on their own mbarrier, into a ring of
+// RMSNORM_BWD_STAGED_RING part buffers (0: kBwdStages rows' parts), as many as fit where fewer do. A row's
+// parts are awaited one by one for its dot product; each buffer is refilled, with the part kRing parts on
+// in the CTA's walk, as soon as the CTA has written its part of grad_x. So where two whole rows do not fit
+// (float32 at 8 vectors a thread: 128 KB of grad_out and x a row), the next row's first parts are copied in
+// while this one is reduced and written. Parts lost wherever they were measured (one run each of
+// benchmarks/variants.py on the H200, users' path, backward as a fraction of the copy, whole rows / parts of
+// 2 vectors a thread in a ring of two rows' parts): bfloat16 N = 16K / 64K / 128K / 256K 0.84 / 0.84 /
+// 0.84 / 0.80 -> 0.71 / 0.72 / 0.72 / 0.70, float32 128K 0.80 -> 0.69 (grad_weight's sums in registers);
+// float32 256K at 8 vectors a thread, the split's 0.57 -> 0.55-0.64 with parts of 1, 2 or 4 vectors in rings
+// of 3 to 14 parts, where the register row below reads 0.89. So a row is one part (0).
+// RMSNORM_BWD_STAGED_HOLD_SUMS: grad_weight's sums in registers for elements of at most that many bytes too
+// (the weight stays loaded with each row): float32 N = 128K 0.83 with the sums in shared memory -> 0.86,
+// 256K (register row) 0.78 -> 0.89 (one run, users' path; ptxas, sm_90a: 88 and 128 registers, no spills).
+#ifndef RMSNORM_BWD_STAGED_PART
+#define RMSNORM_BWD_STAGED_PART 0
+#endif
+#ifndef RMSNORM_BWD_STAGED_RING
+#define RMSNORM_BWD_STAGED_RING 0
+#endif
+#ifndef RMSNORM_BWD_STAGED_HOLD_SUMS
+#define RMSNORM_BWD_STAGED_HOLD_SUMS 4
+#endif
+constexpr bool bwd_staged_holds_sums(int element_bytes) {
+  return bwd_staged_holds(element_bytes) || element_bytes <= RMSNORM_BWD_STAGED_HOLD_SUMS;
+}
+template <int kElementBytes>
+struct BwdStagedHoldSums {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
+  static constexpr bool value = bwd_staged_holds_sums(kElementBytes);
+};
+// The most shared memory an sm_90 CTA may have, less what the staged backward's static slots take.
+constexpr int64_t kBwdStagedSmem = 227 * 1024 - 1024;
+// A part's vectors a thread, of a staged backward CTA of vpt vectors a thread (a power of two that divides vpt).
+constexpr int bwd_part_vpt(int vpt) {
+  return RMSNORM_BWD_STAGED_PART > 0 && RMSNORM_BWD_STAGED_PART < vpt ? RMSNORM_BWD_STAGED_PART : vpt;
+}
+// Bytes of a staged backward CTA's grad_weight sums in shared memory (none where registers hold them).
+constexpr int64_t bwd_staged_sums_bytes(int vpt, int element_bytes) {
+  return bwd_staged_holds_sums(element_bytes) ? 0 : int64_t(kBwdStagedCta) * vpt * (16 / element_bytes) * 4;
+}
+// Part buffers of a staged backward CTA (each grad_out's and x's slabs of one part): fewer than a row's
+// parts where not even one row fits (then there is no staged plan).
+constexpr int bwd_staged_ring(int vpt, int element_bytes) {
+  const int parts = vpt / bwd_part_vpt(vpt);
+  const int64_t want = RMSNORM_BWD_STAGED_RING > 0 ? RMSNORM_BWD_STAGED_RING : int64_t(kBwdStages) * parts;
+  const int64_t fit = (kBwdStagedSmem - bwd_staged_sums_bytes(vpt, element_bytes)) /
+                      (int64_t(kBwdStagedCta) * bwd_part_vpt(vpt) * 2 * 16);
+  return static_cast<int>(want < fit ? want : fit);
+}
+// RMSNORM_BWD_STAGED_REG_ROW 1: where the ring holds fewer than two rows' parts (float32 at 8 vectors a
+// thread: 128 KB of grad_out and x a row), each thread takes its vectors of a row from shared memory into
+// registers as they land and the row's buffers take the next row at once, so the next row is copied in while
+// this one is reduced and written: registers are the second stage (2: at every length; 0: never, one stage
+// there). On the H200 (one run of benchmarks/variants.py, users' path, backward as a fraction of the copy)
+// float32 N = 256K read 0.56 split, 0.78 staged with the register row and grad_weight's sums in shared
+// memory, 0.89 with them in registers too (RMSNORM_BWD_STAGED_HOLD_SUMS).
+#ifndef RMSNORM_BWD_STAGED_REG_ROW
+#define RMSNORM_BWD_STAGED_REG_ROW 1
+#endif
+template <int kVpt, int kElementBytes>
+struct BwdStagedRing {  // constants, not functions: the kernels read them (plan.h is CUDA-free)
+  static constexpr int part_vpt = bwd_part_vpt(kVpt);
+  static constexpr int parts = kVpt / part_vpt;
+  static constexpr int value = bwd_staged_ring(kVpt, kElementBytes);
+  static constexpr bool reg_row =
+      RMSNORM_BWD_STAGED_REG_ROW == 2 || (RMSNORM_BWD_STAGED_REG_ROW == 1 && value < 2 * parts);
+};
 // Split (rows of more than kFwdSplitFrom vectors forward; backward, kBwdSplitFrom vectors of 2-byte
 // elements and kBwdSplitFrom4 of 4-byte ones): no row held anywhere, two kernels. The first sums
 // x * x (forward) or grad_out * w * x (backward) over each slice of kSplitCta * kSplitVpt vectors of a
@@ -301,11 +372,11 @@ static_assert(kBwdStages >= 2 && kBwdStages <= 4, "the staged backward keeps 2 t
 // to clusters once their grids were capped to the clusters that fit (above). The forward splits only
 // rows longer than any cluster holds (65,536 vectors: 16 staged CTAs of 16 vectors a thread): with the
 // staged forward's weight loaded ahead (kFwdStagedWAhead), float32 N = 262,144 (65,536 vectors) read
-// 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). Lost,
-// not kept: float32 rows of 32,769 to 65,536 vectors (N = 256K) staged backward in a cluster of 16 at 8
-// vectors a thread, with ONE stage (128 KB of grad_out and x and 64 KB of grad_weight sums a CTA), which
-// reads each byte once: 0.56 split -> 0.52 (one run, users' path; not profiled: with one stage a row's
-// copy starts only once the row before it is written). The build can override each (0: off).
+// 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). float32
+// rows of 32,769 to 65,536 vectors (N = 256K) staged backward in a cluster of 16 at 8 vectors a thread, which
+// reads each byte once: with ONE stage (128 KB of grad_out and x and 64 KB of grad_weight sums a CTA) 0.56
+// split -> 0.52 (one run, users' path: a row's copy started only once the row before it was written); with
+// the register row (RMSNORM_BWD_STAGED_REG_ROW) 0.89, hence staged. The build can override each (0: off).
 #ifndef RMSNORM_FWD_SPLIT_FROM
 #define RMSNORM_FWD_SPLIT_FROM 65536
 #endif
@@ -314,7 +385,7 @@ constexpr int64_t kFwdSplitFrom = RMSNORM_FWD_SPLIT_FROM;
 #define RMSNORM_BWD_SPLIT_FROM 32768
 #endif
 #ifndef RMSNORM_BWD_SPLIT_FROM4
-#define RMSNORM_BWD_SPLIT_FROM4 32768
+#define RMSNORM_BWD_SPLIT_FROM4 65536
 #endif
 constexpr int64_t kBwdSplitFrom = RMSNORM_BWD_SPLIT_FROM;
 constexpr int64_t kBwdSplitFrom4 = RMSNORM_BWD_SPLIT_FROM4;
@@ -421,13 +492,19 @@ constexpr Plan forward_plan(int64_t n_vec) {
 }
 
 // A staged backward: one CTA of kBwdStagedCta threads while it holds the row, then a cluster of up to
-// 16; none past that.
-constexpr Plan backward_staged_layout(int64_t n_vec) {
+// 16; then, for 4-byte elements, a cluster of 16 at twice the vectors a thread; none past that, nor where
+// not one row's parts fit a CTA's shared memory (bwd_staged_ring).
+constexpr Plan backward_staged_layout(int64_t n_vec, int element_bytes) {
   Plan p;
-  const int64_t clusters = ceil_div(n_vec, int64_t(kBwdStagedCta) * kBwdStagedVpt);
-  if (clusters > kMaxCluster) return p;
+  int vpt = kBwdStagedVpt;
+  int64_t clusters = ceil_div(n_vec, int64_t(kBwdStagedCta) * vpt);
+  if (clusters > kMaxCluster && element_bytes >= 4) {
+    vpt *= 2;
+    clusters = ceil_div(n_vec, int64_t(kBwdStagedCta) * vpt);
+  }
+  if (clusters > kMaxCluster || bwd_staged_ring(vpt, element_bytes) < vpt / bwd_part_vpt(vpt)) return p;
   p.staged = true;
-  p.vpt = kBwdStagedVpt;
+  p.vpt = vpt;
   p.cluster = pow2_at_least(clusters);
   p.group = p.cta = kBwdStagedCta;  // the kernel's constant, even where fewer threads would hold the row
   return p;
@@ -444,17 +521,20 @@ constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
   const int64_t staged_from = element_bytes >= 4 ? kBwdStagedFrom4 : kBwdStagedFrom;
   const int64_t staged_to = element_bytes >= 4 ? kBwdStagedTo4 : kBwdStagedTo;
   if (staged_from > 0 && n_vec > staged_from && (staged_to == 0 || n_vec <= staged_to)) {
-    const Plan p = backward_staged_layout(n_vec);
+    const Plan p = backward_staged_layout(n_vec, element_bytes);
     if (p.ok()) return p;
   }
   return layout(n_vec, kBwdCta, kBwdMaxGroup, kBwdMaxVpt, kBwdMaxVpt, kBwdClusterVpt);
 }
 
-// Shared memory of a staged backward CTA: kBwdStages rows of grad_out and x (16-byte vectors), and,
-// unless registers hold them, the float grad_weight sums of its columns (vec elements a vector).
+// Shared memory of a staged backward CTA: its ring of parts of grad_out and x (16-byte vectors), and,
+// unless registers hold them, the float grad_weight sums of its columns (vec elements of 16 / vec bytes a
+// vector).
 constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
-  const bool held = bwd_staged_holds(16 / vec);  // vec elements of 16 / vec bytes in a vector
-  return p.staged ? int64_t(p.group) * p.vpt * (kBwdStages * 2 * 16 + (held ? 0 : vec * 4)) : 0;
+  if (!p.staged) return 0;
+  const int element_bytes = 16 / vec;
+  return int64_t(p.group) * bwd_part_vpt(p.vpt) * 2 * 16 * bwd_staged_ring(p.vpt, element_bytes) +
+         bwd_staged_sums_bytes(p.vpt, element_bytes);
 }
 
 // Dynamic shared memory a forward CTA of plan p asks for: its staged slab, or, where the build caps

@@ -390,13 +390,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
-// grad_x and grad_weight's partials as bwd_kernel, long rows: a persistent CTA of plan::kBwdStagedCta
-// threads (a slab of a cluster's row with kCluster) walks rows unit, unit + units, ...; the next
-// plan::kBwdStages - 1 rows' grad_out and x copy into the other stages while it writes this one: thread 0
-// copies the CTA's slab of each (contiguous in both) with the bulk-copy engine (TMA), counted on the
-// stage's mbarrier, which every thread waits on; a CTA barrier comes before a stage is filled again.
-// Thread t reads vectors j = (rank * kVpt + v) * kGroup + t of each slab. dev::group_sum gives every
-// thread the row's dot product.
+// grad_x and grad_weight's partials as bwd_kernel, long rows: a persistent CTA of plan::kBwdStagedCta threads
+// (a slab of a cluster's row) walks rows unit, unit + units, ...; thread 0 bulk-copies (TMA) each part of its
+// slabs of grad_out and x into a ring of part buffers (plan::BwdStagedRing), counted on the buffer's mbarrier;
+// a buffer takes the part a ring on once the CTA has written its grad_x (or, kRegRow, has its vectors in
+// registers). Thread t owns vectors j = (rank * kVpt + v) * kGroup + t; dev::group_sum gives the row's dot.
 template <typename T, typename W, int kVpt, bool kCluster>
 __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multiprocessor: every register to it
     bwd_staged_kernel(const T* __restrict__ dy,  // [rows, dy_row_stride]
@@ -411,11 +409,17 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   constexpr int kVec = vec_of<T>();
   constexpr int kGroup = plan::kBwdStagedCta;  // blockDim.x
   constexpr int kStep = kGroup * kVec;         // elements from a thread's vector v to its v + 1
-  constexpr int kTile = kVpt * kGroup;         // vectors of one tensor's slab in a stage
+  using Ring = plan::BwdStagedRing<kVpt, sizeof(T)>;
+  constexpr int kPartVpt = Ring::part_vpt;      // a thread's vectors in one part
+  constexpr int kParts = Ring::parts;           // parts a row
+  constexpr int kPartTile = kPartVpt * kGroup;  // vectors of one tensor's slab in a part
+  constexpr int kRing = Ring::value;            // part buffers
+  constexpr bool kRegRow = Ring::reg_row;       // the row's vectors in registers, its buffers refilled at once
+  static_assert(kParts * kPartVpt == kVpt && kRing >= kParts && kRing <= 32, "a row's parts fit the ring");
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
-  // [kStages][grad_out, x][kVpt][kGroup] vectors, then [kVpt][kVec][kGroup] float sums
+  // [kRing][grad_out, x][kPartVpt][kGroup] vectors, then [kVpt][kVec][kGroup] float sums unless held
   extern __shared__ uint4 staged[];
   __shared__ dev::ReduceSlots slots;
   unsigned int rank = 0, cluster_size = 1;
@@ -435,22 +439,24 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
   const int64_t first = int64_t(first_vec) * kVec;  // the first element's column
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
-  constexpr bool kHold = plan::BwdStagedHold<sizeof(T)>::value;
-  constexpr int kStages = plan::kBwdStages;
-  uint4* const mine = staged + lane;  // stage s: grad_out's vector v at mine[2 s kTile + v kGroup], x's kTile on
-  // The stage's bytes counted on landed[stage]; phases: bit s, the parity of landed[s]'s phase to wait for next.
-  __shared__ unsigned long long landed[kStages];
-  const unsigned int slab_bytes = dev::slab_bytes(n_vec, rank, kTile);  // 0: past the row's end
-  unsigned int phases = 0;
-  dev::setup_cta_mbarriers(landed, kStages);
+  constexpr bool kHold = plan::BwdStagedHold<sizeof(T)>::value;          // the weight in registers
+  constexpr bool kHoldSums = plan::BwdStagedHoldSums<sizeof(T)>::value;  // grad_weight's sums in registers
+  // Buffer b: grad_out's vector u of a part at staged[2 b kPartTile + u kGroup + lane], x's kPartTile on.
+  __shared__ unsigned long long landed[kRing];  // buffer b's bytes counted on landed[b]
+  dev::Phases phases;
+  dev::setup_cta_mbarriers(landed, kRing);
+  // Bytes of each of the CTA's part slabs inside the row (0: past its end, nothing copied or awaited).
+  unsigned int part_bytes[kParts];
+#pragma unroll
+  for (int p = 0; p < kParts; ++p) part_bytes[p] = dev::slab_bytes(n_vec, rank * kParts + p, kPartTile);
   auto inside = [&](int v) { return v < count; };
   // grad_weight's sums of this thread's columns, and their weight: registers when held, else the
-  // sums in shared memory after the stages and the weight loaded with each row.
-  float held[kHold ? kVpt * kVec : 1];
+  // sums in shared memory after the ring and the weight loaded with each row.
+  float held[kHoldSums ? kVpt * kVec : 1];
   VW wv[kHold ? kVpt : 1] = {};  // loaded before the first row for the vectors inside it; only those are read
-  float* const shared_acc = reinterpret_cast<float*>(staged + 2 * kStages * kTile) + lane;
+  float* const shared_acc = reinterpret_cast<float*>(staged + 2 * kRing * kPartTile) + lane;
   auto acc = [&](int i) -> float& {
-    if constexpr (kHold) {
+    if constexpr (kHoldSums) {
       return held[i];
     } else {
       return shared_acc[i * kGroup];
@@ -467,74 +473,130 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
       return w;
     }
   };
-  // The passes over this thread's vectors; kFull: no bounds checks (every vector is inside).
-  auto dot_of = [&](auto full_tag, const uint4* dys) {
-    constexpr bool kFull = decltype(full_tag)::value;
-    float dot = 0.f;
+  // Vector v of grad_out (dv) and x (xv): its term of the dot product, after `dot`; its grad_x (stored
+  // at dxr) and grad_weight's terms.
+  auto dot_vec = [&](float dot, int v, const V& dv, const V& xv) { return dev::add_gwx16(dot, dv, weight_of(v), xv); };
+  auto write_vec = [&](int v, const V& dv, const V& xv, T* dxr, float inv, float c) {
+    const VW w = weight_of(v);
+    V out;
 #pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      if (kFull || inside(v)) {
-        const V dv = *reinterpret_cast<const V*>(&dys[v * kGroup]);
-        const V xv = *reinterpret_cast<const V*>(&dys[kTile + v * kGroup]);
-        dot = dev::add_gwx16(dot, dv, weight_of(v), xv);
-      }
+    for (int k = 0; k < kVec; ++k) {
+      const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
+      out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
+      acc(v * kVec + k) += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
+    }
+    dev::store16(dxr + v * kStep, out);
+  };
+  // The passes over this thread's vectors of part kP, read from buffer `buf` (this thread's first
+  // vector of it); kFull: no bounds checks (every vector is inside). The dot product goes on from `dot`,
+  // vector after vector, part after part.
+  auto dy_at = [&](const uint4* buf, int u) { return *reinterpret_cast<const V*>(&buf[u * kGroup]); };
+  auto x_at = [&](const uint4* buf, int u) { return *reinterpret_cast<const V*>(&buf[kPartTile + u * kGroup]); };
+  auto dot_of = [&](auto full_tag, auto part, float dot, const uint4* buf) {
+    constexpr bool kFull = decltype(full_tag)::value;
+    constexpr int kP = decltype(part)::value;
+#pragma unroll
+    for (int u = 0; u < kPartVpt; ++u) {
+      if (kFull || inside(kP * kPartVpt + u)) dot = dot_vec(dot, kP * kPartVpt + u, dy_at(buf, u), x_at(buf, u));
     }
     return dot;
   };
-  auto write = [&](auto full_tag, const uint4* dys, T* dxr, float inv, float c) {
+  auto write = [&](auto full_tag, auto part, const uint4* buf, T* dxr, float inv, float c) {
     constexpr bool kFull = decltype(full_tag)::value;
+    constexpr int kP = decltype(part)::value;
 #pragma unroll
-    for (int v = 0; v < kVpt; ++v) {
-      if (kFull || inside(v)) {
-        const V dv = *reinterpret_cast<const V*>(&dys[v * kGroup]);
-        const V xv = *reinterpret_cast<const V*>(&dys[kTile + v * kGroup]);
-        const VW w = weight_of(v);
-        V out;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float g = dev::to_acc(dv.v[k]) * static_cast<float>(dev::to_acc(w.v[k]));
-          out.v[k] = dev::from_acc<T>(inv * (g - dev::to_acc(xv.v[k]) * c));
-          acc(v * kVec + k) += dev::to_acc(dv.v[k]) * (dev::to_acc(xv.v[k]) * inv);
-        }
-        dev::store16(dxr + v * kStep, out);
-      }
+    for (int u = 0; u < kPartVpt; ++u) {
+      if (kFull || inside(kP * kPartVpt + u)) write_vec(kP * kPartVpt + u, dy_at(buf, u), x_at(buf, u), dxr, inv, c);
     }
   };
-  auto fetch_row = [&](int64_t row, int stage) {  // thread 0: the row's slabs into the stage
-    if (threadIdx.x == 0 && slab_bytes > 0) {
-      const int64_t slab = int64_t(rank) * kTile * kVec;  // the slab's first column
-      dev::copy_slabs(dev::smem_address(&landed[stage]), slab_bytes, staged + (stage * 2) * kTile,
-                      dy + row * dy_row_stride + slab, staged + (stage * 2 + 1) * kTile, x + row * x_row_stride + slab);
+  // Thread 0: part kP's slabs of the row into buffer b, after a CTA barrier that follows every thread's
+  // last read of that buffer.
+  auto fetch = [&](auto part, int64_t row, int b) {
+    constexpr int kP = decltype(part)::value;
+    if (threadIdx.x == 0 && row < rows && part_bytes[kP] > 0) {
+      const int64_t col = (int64_t(rank) * kVpt + kP * kPartVpt) * kGroup * kVec;  // the part slab's first column
+      dev::copy_slabs(dev::smem_address(&landed[b]), part_bytes[kP], staged + (b * 2) * kPartTile,
+                      dy + row * dy_row_stride + col, staged + (b * 2 + 1) * kPartTile, x + row * x_row_stride + col);
     }
   };
-  // The first kStages - 1 rows' copies.
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int64_t row = unit + s * units;
-    if (row < rows) fetch_row(row, s);
-  }
+  // The ring's first parts: part q of the CTA's walk (part q % kParts of its row q / kParts) into buffer q.
+  dev::unrolled<kRing>([&](auto q) {
+    fetch(std::integral_constant<int, decltype(q)::value % kParts>{}, unit + (decltype(q)::value / kParts) * units,
+          decltype(q)::value);
+  });
   if constexpr (kHold) {
 #pragma unroll
     for (int v = 0; v < kVpt; ++v) {
       if (inside(v)) dev::load16(wv[v], weight + first + v * kStep);
     }
   }
-  int stage = 0, parity = 0;
-  for (int64_t row = unit; row < rows; row += units, stage = stage + 1 == kStages ? 0 : stage + 1, parity ^= 1) {
-    // The row kStages - 1 ahead goes into the stage the last row was read from, once every thread is
-    // done with it; then this row's copies are awaited.
-    const int64_t ahead = row + (kStages - 1) * units;
-    if (row != unit) __syncthreads();
-    if (ahead < rows) fetch_row(ahead, stage == 0 ? kStages - 1 : stage - 1);
+  int b0 = 0;  // this row's part p is in buffer (b0 + p) % kRing
+  int parity = 0;
+  for (int64_t row = unit; row < rows;
+       row += units, b0 = b0 + kParts < kRing ? b0 + kParts : b0 + kParts - kRing, parity ^= 1) {
     const float inv = inv_rms[row];  // on its way while this row's copies land
-    if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed[stage]), (phases >> stage) & 1u);
-    phases ^= 1u << stage;
-    const uint4* const dys = mine + (stage * 2) * kTile;
-    float dot = dev::with_extent(full, dot_of, dys);
+    auto buffer = [&](int p) { return staged + ((b0 + p) % kRing) * 2 * kPartTile + lane; };
+    // Every thread waits for part kP's copies to land in its buffer.
+    auto await_part = [&](auto part) {
+      constexpr int kP = decltype(part)::value;
+      const int b = (b0 + kP) % kRing;
+      if (part_bytes[kP] > 0) phases.wait(dev::smem_address(&landed[b]), b);
+    };
+    // Part kP's buffer takes the part a ring on (every thread is done with it).
+    auto refill = [&](auto part) {
+      constexpr int kP = decltype(part)::value;
+      fetch(std::integral_constant<int, (kP + kRing) % kParts>{}, row + ((kP + kRing) / kParts) * units,
+            (b0 + kP) % kRing);
+    };
+    T* const dxr = dx + row * n + first;
+    V dvs[kRegRow ? kVpt : 1], xvs[kRegRow ? kVpt : 1];  // kRegRow: the row's vectors, taken as each part lands
+    float dot = 0.f;
+    if constexpr (kRegRow) {
+      dev::unrolled<kParts>([&](auto part) {
+        constexpr int kP = decltype(part)::value;
+        await_part(part);
+#pragma unroll
+        for (int u = 0; u < kPartVpt; ++u) {
+          if (inside(kP * kPartVpt + u)) {
+            dvs[kP * kPartVpt + u] = dy_at(buffer(kP), u);
+            xvs[kP * kPartVpt + u] = x_at(buffer(kP), u);
+          }
+        }
+      });
+      __syncthreads();  // every thread has taken its vectors: the buffers take the next parts at once
+      dev::unrolled<kParts>(refill);
+      auto dot_held = [&](auto full_tag) {
+        float d = 0.f;
+#pragma unroll
+        for (int v = 0; v < kVpt; ++v) {
+          if (decltype(full_tag)::value || inside(v)) d = dot_vec(d, v, dvs[v], xvs[v]);
+        }
+        return d;
+      };
+      dot = dev::with_extent(full, dot_held);
+    } else {
+      dev::unrolled<kParts>([&](auto part) {
+        await_part(part);
+        dot = dev::with_extent(full, dot_of, part, dot, buffer(decltype(part)::value));
+      });
+    }
     dot = dev::group_sum<kCluster>(dot, kGroup, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
-    T* const dxr = dx + row * n + first;
-    dev::with_extent(full, write, dys, dxr, inv, c);
+    if constexpr (kRegRow) {
+      auto write_held = [&](auto full_tag) {
+#pragma unroll
+        for (int v = 0; v < kVpt; ++v) {
+          if (decltype(full_tag)::value || inside(v)) write_vec(v, dvs[v], xvs[v], dxr, inv, c);
+        }
+      };
+      dev::with_extent(full, write_held);
+    } else {
+      dev::unrolled<kParts>([&](auto part) {
+        dev::with_extent(full, write, part, buffer(decltype(part)::value), dxr, inv, c);
+        __syncthreads();  // every thread is done with the part's buffer
+        refill(part);
+      });
+    }
   }
   if (RMSNORM_DW_PDL) dev::let_next_grid_start();
   float* const pr = partial + unit * n + first;  // unit < 2^20, n < 2^20
@@ -639,10 +701,13 @@ cudaError_t backward(const plan::Plan& p, const T* dy, int64_t dy_row_stride, co
   const int64_t units = plan::backward_units(p, rows);
   if (p.staged) {
     constexpr int kVpt = plan::kBwdStagedVpt;
-    if (p.vpt == kVpt) {
-      return launch<kCluster>(bwd_staged_kernel<T, W, kVpt, kCluster>, p, units,
-                              static_cast<size_t>(plan::backward_staged_bytes(p, vec_of<T>())), false, stream,
-                              dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n);
+    auto go = [&](auto k) {
+      return launch<kCluster>(k, p, units, static_cast<size_t>(plan::backward_staged_bytes(p, vec_of<T>())), false,
+                              stream, dy, dy_row_stride, x, x_row_stride, weight, inv_rms, dx, partial, rows, n);
+    };
+    if (p.vpt == kVpt) return go(bwd_staged_kernel<T, W, kVpt, kCluster>);
+    if constexpr (kCluster && sizeof(T) == 4) {  // twice the vectors a thread: 4-byte rows past a 16-CTA cluster
+      if (p.vpt == 2 * kVpt) return go(bwd_staged_kernel<T, W, 2 * kVpt, kCluster>);
     }
     return cudaErrorInvalidValue;  // no kernel for this plan
   }

@@ -83,10 +83,11 @@ def test_padded_rows_and_persistent_units(dtype):
 def test_persistent_backward_loops_over_many_long_rows(dtype):
     # Persistent units over rows several times their number (132 / cluster): N = 2048 vectors (float32 a
     # register CTA of 1024 threads, 2-byte elements the staged backward, one CTA a row), the staged
-    # backward in a cluster of 2 (4096: 66 units), a cluster of 8 (float32 8192); split rows elsewhere
-    # (units of 32 rows).
+    # backward in a cluster of 2 (4096: 66 units), a cluster of 8 (float32 8192), float32's staged backward at
+    # 8 vectors a thread (65536: 7 units of 16 CTAs, the next row copied in while a row is in registers); split
+    # rows elsewhere (units of 32 rows).
     vec = 16 // torch.empty((), dtype=dtype).element_size()
-    for n_vec, rows in ((2048, 300), (4096, 200), (8192, 100), (32768, 20)):
+    for n_vec, rows in ((2048, 300), (4096, 200), (8192, 100), (32768, 20), (65536, 16)):
         x, w, dy = _inputs(rows, n_vec * vec, dtype, dtype, seed=n_vec)
         _judge(x, w, dy, f"{dtype} rows={rows} N={n_vec * vec}")
 

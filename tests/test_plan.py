@@ -56,10 +56,10 @@ PLAN_OF = (
     'int main(int argc, char** argv) {\n  for (int i = 1; i + 2 < argc; i += 3) {\n'
     '    long v = std::atol(argv[i]), rows = std::atol(argv[i + 1]);\n'
     '    Plan f = forward_plan(v), b = backward_plan(v, std::atoi(argv[i + 2]));\n'
-    '    std::printf("%d %d %d %d %d %d %d %d %ld %d %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
-    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group, f.vpt);\n  }\n}\n')
+    '    std::printf("%d %d %d %d %d %d %d %d %ld %d %d %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
+    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group, f.vpt, b.vpt);\n  }\n}\n')
 PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "f_split", "b_group", "b_cluster", "b_staged", "b_split", "b_units",
-               "b_unit_groups", "f_vpt")
+               "b_unit_groups", "f_vpt", "b_vpt")
 
 
 def _plans_of(folder, rows_of: list[tuple[int, int, int]]) -> list[dict]:
@@ -99,7 +99,9 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
             assert (group, vpt, cta, cluster, staged) == (256, 8, 256, 1, 0), where
             assert dir_ == "fwd" or 1 <= units <= 512, where  # the backward's partial rows
             continue
-        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (staged_cta["bwd_vpt"] if staged else 2)
+        # the staged backward at twice its vectors a thread: 4-byte rows past a 16-CTA cluster of them
+        max_vpt = (16 if staged else 8) if dir_ == "fwd" else (
+            staged_cta["bwd_vpt"] * (2 if dir_ == "bwd4" else 1) if staged else 2)
         seen.add((dir_[:3], cluster > 1))
         cap = group * vpt * cluster
         assert group & (group - 1) == 0 and 1 <= group <= 1024, where
@@ -148,8 +150,8 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 65,536 vectors,
     # the longest row a cluster holds (16 staged CTAs of 16 vectors a thread past 32,768: bfloat16 N =
-    # 512K, float32 256K); the backward past 32,768 vectors of either width (bfloat16 N = 16K to 256K and
-    # float32 128K staged).
+    # 512K, float32 256K); the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 16K to 256K
+    # staged) and 65,536 of 4-byte ones (float32 128K and 256K staged, 256K at 8 vectors a thread).
     first = {}
     for dir_, n_vec, *_, split in plans:
         if split:
@@ -162,9 +164,12 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
         assert p["f_split"] == (v > 65536), (v, width, p)
         # the staged forward past 2,048 vectors (bfloat16 N = 32K, float32 16K), at 16 vectors a thread past 32,768
         assert p["f_staged"] == (2048 < v <= 65536) and (p["f_vpt"] == 16) == (32768 < v <= 65536), (v, width, p)
-        assert p["b_split"] == (v > 32768), (v, width, p)
-        # the staged backward to 32,768 vectors: 2-byte elements past 1,024, 4-byte ones past 16,384
-        assert p["b_staged"] == ((1024 if width == 2 else 16384) < v <= 32768), (v, width, p)
+        assert p["b_split"] == (v > (32768 if width == 2 else 65536)), (v, width, p)
+        # the staged backward: 2-byte elements past 1,024 vectors to 32,768, 4-byte ones past 16,384 to 65,536
+        # (at 8 vectors a thread past 32,768)
+        assert p["b_staged"] == ((1024 < v <= 32768) if width == 2 else (16384 < v <= 65536)), (v, width, p)
+        if p["b_staged"]:
+            assert p["b_vpt"] == (8 if v > 32768 else 4), (v, width, p)
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -189,7 +194,8 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
     forward and of 2 to 16 backward, the staged forward (at 8 and 16 vectors a thread) and backward (in
-    one CTA and clusters of 2, 4 and 16, of both widths), the split forward and backward,
+    one CTA and clusters of 2, 4 and 16, of both widths; 4-byte elements at 8 vectors a thread, a row in
+    registers), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
     from harness.cases import DTYPES
     from harness.sanitize import PATHS, sample
@@ -212,8 +218,10 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
     assert {cl for g, cl, st in bwd if st} >= {1, 2, 4, 16}, bwd  # one CTA, and clusters of 2 and 16
-    # 2-byte elements (the weight and grad_weight's sums in registers) and 4-byte ones (the sums in shared memory)
+    # 2-byte elements (the weight and grad_weight's sums in registers) and 4-byte ones (the sums alone), the
+    # latter also at twice the vectors a thread, a row in registers while the next one is copied in
     assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast
+    assert any(w == 4 and p["b_staged"] and p["b_vpt"] == 2 * staged_cta["bwd_vpt"] for (v, r, w), p in zip(fast, plans))
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
