@@ -102,7 +102,7 @@ def main() -> int:
                         bwd_t.append(bench.time_ms(calls.backward))
                         del x, calls
                 except Exception as e:  # noqa: BLE001 - a peer that refuses a shape: said, not timed
-                    print(f"| {str(dtype).replace('torch.', '')} | {impl.name} N={n} | {bench._why(e)} | | | |")
+                    print(f"| {str(dtype).replace('torch.', '')} | {impl.name} N={n} | {bench.why_failed(e)} | | | |")
                     continue
                 rows.append((f"{impl.name} forward N={n}", 2, fwd_t))
                 rows.append((f"{impl.name} backward N={n}", 3, bwd_t))

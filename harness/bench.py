@@ -410,7 +410,9 @@ class Progress:
             print(file=sys.stderr)
 
 
-def _why(e: Exception) -> str:
+def why_failed(e: Exception) -> str:
+    """One line for a table cell: what an implementation raised ("raised TypeError: ..."), at most 160
+    characters of its message's first line."""
     return f"raised {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
 
 
@@ -440,7 +442,7 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                     calls = impl.setup(x, w, dy.clone())
                     wrong = check(calls, x, ref)
                 except Exception as e:  # refusals and crashes are reported, not fatal
-                    wrong = _why(e)
+                    wrong = why_failed(e)
                 for direction in directions:
                     r = Result(impl.name, dname, n, m, direction, path=impl.path)
                     if wrong:
@@ -453,7 +455,7 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                             r.extra["medians_ms"] = medians
                             r.gbps = (2 if direction == "forward" else 3) * m * n * s / (r.ms * 1e-3) / 1e9
                         except Exception as e:
-                            r.error = _why(e)
+                            r.error = why_failed(e)
                     results.append(r)
                 del calls
             del x, w, dy, ref
@@ -470,7 +472,7 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                     try:
                         r.extra["us"] = graph_us(impl.setup(x, w, dy).forward)
                     except Exception as e:
-                        r.error = _why(e)
+                        r.error = why_failed(e)
                     results.append(r)
     prog.close()
     return results, ceiling

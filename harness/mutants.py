@@ -274,6 +274,14 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_dw_reduce_barrier_missing", "cuda", "the final grad_weight sum reads the other warps' sums before a barrier",
            (Edit(DW, "  sums[threadIdx.y][threadIdx.x] = acc;\n  __syncthreads();\n", "  sums[threadIdx.y][threadIdx.x] = acc;\n"),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(12,)),
+    # The reduce of few partial rows (dw_runs_kernel: a warp a run of two units, warp 0 adding the runs): its
+    # barrier missing, warp 0 reads runs the other warps may not have written yet; on the path case whose
+    # backward writes 30 partial rows (15 runs).
+    Mutant("fast_dw_runs_barrier_missing", "cuda", "grad_weight's sum of few partial rows reads the other warps' "
+           "runs before a barrier",
+           (Edit(DW, "  run_sums[threadIdx.y][threadIdx.x] = acc;\n  __syncthreads();\n",
+                 "  run_sums[threadIdx.y][threadIdx.x] = acc;\n"),),
+           sanitizer="racecheck", by_suite=False, sanitize_paths=(17,)),
     # ---- CPU kernels and the CPU side of the binding -------------------------------------------
     Mutant("cpu_tail_skipped", "cpu", "the partial tile skipped when N is not a multiple of 8",
            (Edit(CPU, "  for (; i < n; ++i) {  // partial tile: n not a multiple of 8\n"

@@ -247,7 +247,8 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     chosen = {m.name: m.sanitize_paths for m, tool in mutants.sanitizer_checks() if tool == "racecheck"}
     assert set(chosen) == {"cuda_reduce_barrier_missing", "fast_reduce_barrier_missing",
                            "fast_slots_single_buffered", "fast_staged_copy_not_awaited",
-                           "fast_dw_reduce_barrier_missing", "fast_staged_bwd_copy_not_awaited"}
+                           "fast_dw_reduce_barrier_missing", "fast_staged_bwd_copy_not_awaited",
+                           "fast_dw_runs_barrier_missing"}
     # The cluster exchange's race (a store into a peer that may not have started) is named as judged
     # by nothing since the totals go by st.async, which racecheck does not check.
     assert [m.name for m in mutants.unjudged()] == ["cluster_entry_wait_missing"]
@@ -275,6 +276,9 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     # grad_weight's reduce of many partial rows (more than rmsnorm_dw.cu's kFewUnits, 64): the one with a barrier.
     assert any(i in plan and plan[i]["b_units"] > 64 for i in chosen["fast_dw_reduce_barrier_missing"]), {
         i: plan.get(i) for i in chosen["fast_dw_reduce_barrier_missing"]}
+    # ... and of few (3 to 64: runs of two units, a warp a run, so two warps or more): the other barrier.
+    assert any(i in plan and 3 <= plan[i]["b_units"] <= 64 for i in chosen["fast_dw_runs_barrier_missing"]), {
+        i: plan.get(i) for i in chosen["fast_dw_runs_barrier_missing"]}
 
 
 def test_sanitize_paths_are_checked():
