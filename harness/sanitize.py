@@ -68,9 +68,9 @@ PATHS = (
     # to the bulk-copy backward's), 3 rows.
     ("bfloat16", "bfloat16", 3, 2048, "contiguous"),
     # Backward: staged 4-byte elements (grad_weight's sums in registers, in shared memory until the register
-    # row; the weight loaded with each row), a cluster of 16 (float32 N = 131,072). Forward: staged, a cluster of 16. One row: with two, the
-    # laws' own float64 reductions (torch's reduce_kernel, two outputs split over CTAs) drew 23 racecheck
-    # errors on the H200 at fe69c28, none of them in this project's kernels.
+    # row; the weight loaded with each row), a cluster of 16 (float32 N = 131,072). Forward: staged, a
+    # cluster of 16. One row: with two, the laws' own float64 reductions (torch's reduce_kernel, two outputs
+    # split over CTAs) drew 23 racecheck errors on the H200 at fe69c28, none of them in this project's kernels.
     ("float32", "float32", 1, 32768, "contiguous"),
     # Backward: a register cluster of 2 (float32 N = 8,192), 3 rows. Forward: 512 threads a row.
     ("float32", "float32", 3, 2048, "contiguous"),

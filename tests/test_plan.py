@@ -56,8 +56,9 @@ PLAN_OF = (
     'int main(int argc, char** argv) {\n  for (int i = 1; i + 2 < argc; i += 3) {\n'
     '    long v = std::atol(argv[i]), rows = std::atol(argv[i + 1]);\n'
     '    Plan f = forward_plan(v), b = backward_plan(v, std::atoi(argv[i + 2]));\n'
-    '    std::printf("%d %d %d %d %d %d %d %d %ld %d %d %d\\n", f.group, f.cluster, int(f.staged), int(f.split), b.group,'
-    ' b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group, f.vpt, b.vpt);\n  }\n}\n')
+    '    std::printf("%d %d %d %d %d %d %d %d %ld %d %d %d\\n", f.group, f.cluster, int(f.staged), int(f.split),'
+    ' b.group, b.cluster, int(b.staged), int(b.split), long(backward_units(b, rows)), b.cta / b.group, f.vpt,'
+    ' b.vpt);\n  }\n}\n')
 PLAN_FIELDS = ("f_group", "f_cluster", "f_staged", "f_split", "b_group", "b_cluster", "b_staged", "b_split", "b_units",
                "b_unit_groups", "f_vpt", "b_vpt")
 
@@ -221,7 +222,8 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     # 2-byte elements (the weight and grad_weight's sums in registers) and 4-byte ones (the sums alone), the
     # latter also at twice the vectors a thread, a row in registers while the next one is copied in
     assert {w for (v, r, w), p in zip(fast, plans) if p["b_staged"]} == {2, 4}, fast
-    assert any(w == 4 and p["b_staged"] and p["b_vpt"] == 2 * staged_cta["bwd_vpt"] for (v, r, w), p in zip(fast, plans))
+    assert any(w == 4 and p["b_staged"] and p["b_vpt"] == 2 * staged_cta["bwd_vpt"]
+               for (v, r, w), p in zip(fast, plans)), fast
     assert any(p["f_split"] for p in plans) and any(p["b_split"] and p["b_units"] > 1 for p in plans), plans
     assert any(c.dtype == "float64" and c.rows for c in cases) and any(
         c.dtype != "float64" and c.n % vec(c) for c in cases)  # the fallback
