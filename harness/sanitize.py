@@ -25,8 +25,8 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
 # thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
 # float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
-# of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 at twice the vectors a
-# thread), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and
+# of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 of the long rows' CTAs,
+# twice the slab), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and
 # clusters of 2, 4 and 16 (2-byte elements, the weight and grad_weight's sums in registers; 4-byte ones,
 # the sums alone, in a cluster of 16, and at twice the vectors a thread, a row in registers), the split path;
 # the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
@@ -48,7 +48,7 @@ PATHS = (
     # (their reduction slots double-buffered by parity).
     ("float32", "float32", 2200, 128, "contiguous"),
     ("float32", "float32", 2, 8192, "contiguous"),  # backward: 512-thread CTAs in a cluster of 8
-    # Forward: staged, 16 vectors a thread in a cluster of 16 (rows past 32,768 vectors); backward: staged at
+    # Forward: staged, 512-thread CTAs in a cluster of 16 (rows past 32,768 vectors); backward: staged at
     # 8 vectors a thread in a cluster of 16, the row taken into registers (split until the register row).
     ("float32", "float32", 1, 65536, "contiguous"),
     # Split, both directions (rows past 65,536 vectors forward): the backward in two units of 32 and 8

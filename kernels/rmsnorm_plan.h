@@ -45,7 +45,7 @@ constexpr int kFwdClusterVpt = 4;     // in a cluster: 8 vectors spilled with th
 // Staged forward (rows past kFwdStagedFrom vectors): a CTA of kFwdStagedCta threads (one slab of a
 // cluster's row) has its slab, kFwdStagedVpt vectors a thread, 32 KB, copied into shared memory by one
 // bulk copy (TMA, issued by one thread), so no register holds x while it is in flight. Rows longer than a
-// 16-CTA cluster of such CTAs holds take twice the vectors a thread. On the H200 (da76b2d) the staged
+// 16-CTA cluster of such CTAs holds take twice the slab a CTA (kFwdLongCta). On the H200 (da76b2d) the staged
 // forward, then copying with a cp.async a vector in every thread, moved bfloat16 N = 65,536 and 262,144
 // from 0.55 and 0.48 of the copy to 0.78 and 0.74. The bulk copy in place of those cp.async copies (one run
 // of benchmarks/variants.py, users' path, forward as a fraction of the copy, cp.async / bulk copy):
@@ -101,6 +101,24 @@ struct FixedGroup {  // a constant, not a function: the launchers read it (plan.
 // stall "not selected").
 constexpr int kFwdStagedCta = RMSNORM_FWD_STAGED_CTA;
 constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
+// Rows past a 16-CTA cluster of those CTAs (past 32,768 vectors: float32 N = 256K) need twice the slab a CTA
+// (64 KB, so 3 CTAs a multiprocessor): as CTAs of RMSNORM_FWD_STAGED_LONG_CTA threads at kFwdStagedVpt
+// vectors each, or (0) as kFwdStagedCta threads at twice the vectors. On the H200 (one run of
+// benchmarks/variants.py, users' path, forward as a fraction of the copy) float32 N = 256K read 0.80 at 256
+// threads of 16 vectors (80 registers) and 0.85 at 512 threads of 8 (40 registers, no spills; 0.84 with 2
+// words of weight ahead in place of 4), the other lengths unchanged; under Nsight Compute its forward went
+// from 153.1 us at 69.6% of DRAM throughput to 146.0 us at 73.1%. Lost in the same two calls, and not kept
+// as settings: the 256-thread kernel's weight 8 or 16 words ahead (0.74 with spills / 0.80); 16 vectors a
+// thread in a cluster of 8 before 8 in a cluster of 16 (float32 128K 0.93 -> 0.86, bfloat16 256K 0.85 ->
+// 0.81: 64 KB slabs, 3 CTAs a multiprocessor); the slab's weight copied into shared memory beside x by the
+// same bulk copies (3 CTAs a multiprocessor: bfloat16 32K-256K 0.88 / 0.88 / 0.88 / 0.85 -> 0.85 / 0.85 /
+// 0.80 / 0.77, float32 32K-128K 0.93 / 0.94 / 0.93 -> 0.90 / 0.89 / 0.84); 6 CTAs a multiprocessor (2 or 0
+// words of weight ahead, 40 registers) lost 0.01-0.06 (kFwdStagedWAhead, below).
+#ifndef RMSNORM_FWD_STAGED_LONG_CTA
+#define RMSNORM_FWD_STAGED_LONG_CTA 512
+#endif
+constexpr int kFwdLongCta = RMSNORM_FWD_STAGED_LONG_CTA > 0 ? RMSNORM_FWD_STAGED_LONG_CTA : kFwdStagedCta;
+constexpr int kFwdLongVpt = 2 * kFwdStagedVpt * kFwdStagedCta / kFwdLongCta;
 // The staged forward's weight: held in registers from the kernel's start, each CTA loading its
 // columns once (their latency off every row's path), for elements of at least
 // RMSNORM_FWD_STAGED_HOLD_W bytes (0: none). That is 32 more registers a thread, so 3 CTAs a
@@ -129,7 +147,10 @@ struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (pla
 // CTAs a multiprocessor / 2 words at 6 / 4 words at 5 / 8 words at 4): bfloat16 N = 64K 0.80 / 0.81 /
 // 0.83 / 0.81, 128K 0.79 / 0.81 / 0.82 / 0.77, 256K 0.72 / 0.75 / 0.76 / 0.70; none ahead at 5 CTAs
 // 0.80 / 0.78 / 0.71. Under Nsight Compute the bfloat16 256K forward went from 82.8 us at 61.5% of DRAM
-// throughput to 77.9 us at 65.5%. 4 words at 6 CTAs spilled 28 bytes (ptxas), so 5 (48 registers).
+// throughput to 77.9 us at 65.5%. 4 words at 6 CTAs spilled 28 bytes (ptxas), so 5 (48 registers). Those
+// figures were of the cp.async forward; with the bulk copy, 2 and 0 words at 6 CTAs (40 registers) against
+// 4 at 5 (one run, users' path): bfloat16 N = 32K-256K 0.87 / 0.88 / 0.87 / 0.83 and 0.87 / 0.87 / 0.85 /
+// 0.80 against 0.88 / 0.88 / 0.88 / 0.85.
 #ifndef RMSNORM_FWD_STAGED_W_AHEAD
 #define RMSNORM_FWD_STAGED_W_AHEAD 4
 #endif
@@ -151,15 +172,15 @@ constexpr int kFwdStagedWAhead = RMSNORM_FWD_STAGED_W_AHEAD;
 #endif
 constexpr int64_t kSmemPerSm = 228 * 1024;     // an sm_90 multiprocessor's shared memory
 constexpr int64_t kSmemPerCtaSpare = 2 * 1024;  // a CTA's reserved 1 KB and its static slots
-// CTAs a multiprocessor that the staged forward's registers must allow: its shared memory allows 6 (3 at
-// twice the vectors a thread, rows past a 16-CTA cluster of 8, where 80 registers still spill: a few
-// loads and stores a row); with the weight held, 3; with more than 2 words of weight ahead
+// CTAs a multiprocessor that the staged forward's registers must allow: its shared memory allows 6 (3 with
+// the long rows' 64 KB slabs, kFwdLongCta); with the weight held, 3; with more than 2 words of weight ahead
 // (kFwdStagedWAhead), 5.
-template <int kElementBytes, int kVpt>
+template <int kElementBytes, int kVpt, int kCta>
 struct FwdStagedCtasPerSm {
-  static constexpr int fit = kVpt > kFwdStagedVpt || FwdStagedHoldW<kElementBytes>::value ? 3
-                             : kFwdStagedWAhead > 2                                       ? 5
-                                                                                          : 6;
+  static constexpr bool long_rows = kVpt * kCta > kFwdStagedVpt * kFwdStagedCta;
+  static constexpr int fit = long_rows || FwdStagedHoldW<kElementBytes>::value ? 3
+                             : kFwdStagedWAhead > 2                            ? 5
+                                                                               : 6;
   static constexpr int value = RMSNORM_FWD_STAGED_PER_SM > 0 && RMSNORM_FWD_STAGED_PER_SM < fit
                                    ? RMSNORM_FWD_STAGED_PER_SM : fit;
 };
@@ -315,12 +336,12 @@ template <int kElementBytes>
 struct BwdStagedHoldSums {  // a constant, not a function: the kernels read it (plan.h is CUDA-free)
   static constexpr bool value = bwd_staged_holds_sums(kElementBytes);
 };
-// The most shared memory an sm_90 CTA may have, less what the staged backward's static slots take.
-constexpr int64_t kBwdStagedSmem = 227 * 1024 - 1024;
 // A part's vectors a thread, of a staged backward CTA of vpt vectors a thread (a power of two that divides vpt).
 constexpr int bwd_part_vpt(int vpt) {
   return RMSNORM_BWD_STAGED_PART > 0 && RMSNORM_BWD_STAGED_PART < vpt ? RMSNORM_BWD_STAGED_PART : vpt;
 }
+// Bytes of one part buffer of a staged backward CTA of vpt vectors a thread: grad_out's and x's slabs of a part.
+constexpr int64_t bwd_part_bytes(int vpt) { return int64_t(kBwdStagedCta) * bwd_part_vpt(vpt) * 2 * 16; }
 // Bytes of a staged backward CTA's grad_weight sums in shared memory (none where registers hold them).
 constexpr int64_t bwd_staged_sums_bytes(int vpt, int element_bytes) {
   return bwd_staged_holds_sums(element_bytes) ? 0 : int64_t(kBwdStagedCta) * vpt * (16 / element_bytes) * 4;
@@ -330,8 +351,9 @@ constexpr int64_t bwd_staged_sums_bytes(int vpt, int element_bytes) {
 constexpr int bwd_staged_ring(int vpt, int element_bytes) {
   const int parts = vpt / bwd_part_vpt(vpt);
   const int64_t want = RMSNORM_BWD_STAGED_RING > 0 ? RMSNORM_BWD_STAGED_RING : int64_t(kBwdStages) * parts;
-  const int64_t fit = (kBwdStagedSmem - bwd_staged_sums_bytes(vpt, element_bytes)) /
-                      (int64_t(kBwdStagedCta) * bwd_part_vpt(vpt) * 2 * 16);
+  // a staged backward CTA has a multiprocessor to itself: its shared memory, less the reserved and static
+  const int64_t smem = kSmemPerSm - kSmemPerCtaSpare - bwd_staged_sums_bytes(vpt, element_bytes);
+  const int64_t fit = smem / bwd_part_bytes(vpt);
   return static_cast<int>(want < fit ? want : fit);
 }
 // RMSNORM_BWD_STAGED_REG_ROW 1: where the ring holds fewer than two rows' parts (float32 at 8 vectors a
@@ -370,7 +392,7 @@ struct BwdStagedRing {  // constants, not functions: the kernels read them (plan
 // threshold a width. bfloat16 32K (4096 vectors) went back to the staged backward when its sums were
 // held in registers (0.48 split against 0.70-0.71, above), and 64K to 256K, and float32 32K and 64K,
 // to clusters once their grids were capped to the clusters that fit (above). The forward splits only
-// rows longer than any cluster holds (65,536 vectors: 16 staged CTAs of 16 vectors a thread): with the
+// rows longer than any cluster holds (65,536 vectors: 16 staged CTAs of 4,096 vectors): with the
 // staged forward's weight loaded ahead (kFwdStagedWAhead), float32 N = 262,144 (65,536 vectors) read
 // 0.62 split and 0.73 staged in a cluster of 16 (one run of benchmarks/variants.py, users' path). float32
 // rows of 32,769 to 65,536 vectors (N = 256K) staged backward in a cluster of 16 at 8 vectors a thread, which
@@ -454,24 +476,23 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt,
 }
 
 // A staged forward: one CTA of kFwdStagedCta threads while it holds the row, then clusters of 2 to 8
-// CTAs (portable), then 16, then twice the vectors a thread.
+// CTAs (portable), then 16; then clusters of 8 and 16 of the long rows' CTAs (kFwdLongCta, kFwdLongVpt).
 constexpr Plan staged_layout(int64_t n_vec) {
   Plan p;
   p.staged = true;
-  const int vpts[2] = {kFwdStagedVpt, 2 * kFwdStagedVpt};
+  const int shapes[2][2] = {{kFwdStagedCta, kFwdStagedVpt}, {kFwdLongCta, kFwdLongVpt}};  // (threads, vectors)
   const int limits[2] = {kMaxPortableCluster, kMaxCluster};
-  for (int vpt : vpts) {
+  for (const auto& shape : shapes) {
     for (int limit : limits) {
-      const int64_t per_cta = int64_t(kFwdStagedCta) * vpt;
-      const int64_t clusters = ceil_div(n_vec, per_cta);
+      const int64_t clusters = ceil_div(n_vec, int64_t(shape[0]) * shape[1]);
       if (p.vpt == 0 && clusters <= limit) {
-        p.vpt = vpt;
+        p.group = p.cta = shape[0];  // the kernel's constant, even where fewer threads would hold the row
+        p.vpt = shape[1];
         p.cluster = pow2_at_least(clusters);
       }
     }
   }
   if (p.vpt == 0) return Plan{};  // too long for any cluster
-  p.group = p.cta = kFwdStagedCta;  // the kernel's constant, even where fewer threads would hold the row
   return p;
 }
 
@@ -533,7 +554,7 @@ constexpr Plan backward_plan(int64_t n_vec, int element_bytes) {
 constexpr int64_t backward_staged_bytes(const Plan& p, int vec) {
   if (!p.staged) return 0;
   const int element_bytes = 16 / vec;
-  return int64_t(p.group) * bwd_part_vpt(p.vpt) * 2 * 16 * bwd_staged_ring(p.vpt, element_bytes) +
+  return bwd_part_bytes(p.vpt) * bwd_staged_ring(p.vpt, element_bytes) +
          bwd_staged_sums_bytes(p.vpt, element_bytes);
 }
 

@@ -105,14 +105,15 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   }
 }
 
-// y = x * inv_rms * w for long rows, a row (or, with kCluster, a slab of a cluster's row) a CTA of
-// plan::kFwdStagedCta threads: thread 0 copies the CTA's slab of the row, contiguous in x, into shared
-// memory with the bulk-copy engine (TMA), its bytes counted on an mbarrier; thread t reads back its
-// vectors j = (rank * kVpt + v) * kGroup + t for the squares, then again for y. dev::group_sum gives every
+// y = x * inv_rms * w for long rows, a row (or, with kCluster, a slab of a cluster's row) a CTA of kCta
+// threads (plan::kFwdStagedCta; plan::kFwdLongCta past a 16-CTA cluster of those): thread 0 copies the
+// CTA's slab of the row, contiguous in x, into shared memory with the bulk-copy engine (TMA), its bytes
+// counted on an mbarrier; thread t reads back its vectors j = (rank * kVpt + v) * kGroup + t for the
+// squares, then again for y. dev::group_sum gives every
 // thread the row's sum. Why the CTA size is a constant and each pass has a version without bounds checks:
 // plan::kFwdStagedCta; why the bulk copy: plan::kFwdStagedFrom.
-template <typename T, typename W, int kVpt, bool kCluster>
-__global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt>::value)
+template <typename T, typename W, int kVpt, bool kCluster, int kCta>
+__global__ void __launch_bounds__(kCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt, kCta>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
                       int64_t x_row_stride,
                       const W* __restrict__ weight,  // [n]
@@ -120,9 +121,9 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
                       float* __restrict__ inv_rms,   // [rows]
                       int64_t rows, int64_t n, float eps) {
   constexpr int kVec = vec_of<T>();
-  constexpr int kGroup = plan::kFwdStagedCta;  // blockDim.x
-  constexpr int kStep = kGroup * kVec;         // elements from a thread's vector v to its v + 1
-  constexpr int kTile = kVpt * kGroup;         // vectors of a CTA's slab
+  constexpr int kGroup = kCta;          // blockDim.x
+  constexpr int kStep = kGroup * kVec;  // elements from a thread's vector v to its v + 1
+  constexpr int kTile = kVpt * kGroup;  // vectors of a CTA's slab
   using V = dev::Vec16<T, kVec>;
   using VW = dev::Vec16<W, kVec>;
   static_assert(sizeof(V) == sizeof(uint4), "a staged vector is one 16-byte word");
@@ -147,8 +148,9 @@ __global__ void __launch_bounds__(plan::kFwdStagedCta, plan::FwdStagedCtasPerSm<
   const int64_t unit = blockIdx.x / cluster_size;
   const int64_t units = gridDim.x / cluster_size;
   const int64_t first = int64_t(first_vec) * kVec;  // its first element's column
-  // (not at twice the vectors a thread, only past a 16-CTA cluster: 32 more registers would spill)
-  constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && kVpt <= plan::kFwdStagedVpt;
+  // (not in the long rows' kernel: 3 CTAs of 512 threads a multiprocessor leave a thread 40 registers)
+  constexpr bool kLong = plan::FwdStagedCtasPerSm<sizeof(T), kVpt, kCta>::long_rows;
+  constexpr bool kHoldW = plan::FwdStagedHoldW<sizeof(T)>::value && !kLong;
   // Otherwise the weight of kAhead vectors (plan::kFwdStagedWAhead 16-byte words) is on its way ahead of
   // its use: the first kAhead issued with the row's copy, each next one as a vector of y is written.
   constexpr int kAheadWords = plan::kFwdStagedWAhead * 16 / static_cast<int>(sizeof(VW));
@@ -487,28 +489,29 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     }
     dev::store16(dxr + v * kStep, out);
   };
-  // The passes over this thread's vectors of part kP, read from buffer `buf` (this thread's first
-  // vector of it); kFull: no bounds checks (every vector is inside). The dot product goes on from `dot`,
-  // vector after vector, part after part.
-  auto dy_at = [&](const uint4* buf, int u) { return *reinterpret_cast<const V*>(&buf[u * kGroup]); };
-  auto x_at = [&](const uint4* buf, int u) { return *reinterpret_cast<const V*>(&buf[kPartTile + u * kGroup]); };
-  auto dot_of = [&](auto full_tag, auto part, float dot, const uint4* buf) {
+  // A pass over this thread's vectors kFrom to kFrom + kN - 1 that lie inside the row (kFull: all of them,
+  // no bounds checks): f(v, dv, xv) for each vector v, its grad_out (dv) and x (xv) taken by get(v - kFrom).
+  auto pass = [&](auto full_tag, auto from, auto n_tag, auto&& get, auto&& f) {
     constexpr bool kFull = decltype(full_tag)::value;
-    constexpr int kP = decltype(part)::value;
+    constexpr int kFrom = decltype(from)::value;
 #pragma unroll
-    for (int u = 0; u < kPartVpt; ++u) {
-      if (kFull || inside(kP * kPartVpt + u)) dot = dot_vec(dot, kP * kPartVpt + u, dy_at(buf, u), x_at(buf, u));
-    }
-    return dot;
-  };
-  auto write = [&](auto full_tag, auto part, const uint4* buf, T* dxr, float inv, float c) {
-    constexpr bool kFull = decltype(full_tag)::value;
-    constexpr int kP = decltype(part)::value;
-#pragma unroll
-    for (int u = 0; u < kPartVpt; ++u) {
-      if (kFull || inside(kP * kPartVpt + u)) write_vec(kP * kPartVpt + u, dy_at(buf, u), x_at(buf, u), dxr, inv, c);
+    for (int u = 0; u < decltype(n_tag)::value; ++u) {
+      if (kFull || inside(kFrom + u)) {
+        V dv, xv;
+        get(u, dv, xv);
+        f(kFrom + u, dv, xv);
+      }
     }
   };
+  // Vector u of a part in the buffer whose first vector of this thread is buf.
+  auto from_buffer = [](const uint4* buf) {
+    return [buf](int u, V& dv, V& xv) {
+      dv = *reinterpret_cast<const V*>(&buf[u * kGroup]);
+      xv = *reinterpret_cast<const V*>(&buf[kPartTile + u * kGroup]);
+    };
+  };
+  using std::integral_constant;
+  using PartVpt = integral_constant<int, kPartVpt>;
   // Thread 0: part kP's slabs of the row into buffer b, after a CTA barrier that follows every thread's
   // last read of that buffer.
   auto fetch = [&](auto part, int64_t row, int b) {
@@ -550,49 +553,43 @@ __global__ void __launch_bounds__(plan::kBwdStagedCta, 1)  // one CTA a multipro
     };
     T* const dxr = dx + row * n + first;
     V dvs[kRegRow ? kVpt : 1], xvs[kRegRow ? kVpt : 1];  // kRegRow: the row's vectors, taken as each part lands
+    auto from_registers = [&](auto v, V& dv, V& xv) {  // generic: instantiated only with kRegRow
+      dv = dvs[v];
+      xv = xvs[v];
+    };
     float dot = 0.f;
+    auto add_dot = [&](int v, const V& dv, const V& xv) { dot = dot_vec(dot, v, dv, xv); };
     if constexpr (kRegRow) {
       dev::unrolled<kParts>([&](auto part) {
-        constexpr int kP = decltype(part)::value;
         await_part(part);
-#pragma unroll
-        for (int u = 0; u < kPartVpt; ++u) {
-          if (inside(kP * kPartVpt + u)) {
-            dvs[kP * kPartVpt + u] = dy_at(buffer(kP), u);
-            xvs[kP * kPartVpt + u] = x_at(buffer(kP), u);
-          }
-        }
+        auto take = [&](int v, const V& dv, const V& xv) {
+          dvs[v] = dv;
+          xvs[v] = xv;
+        };
+        pass(std::false_type{}, integral_constant<int, decltype(part)::value * kPartVpt>{}, PartVpt{},
+             from_buffer(buffer(decltype(part)::value)), take);
       });
       __syncthreads();  // every thread has taken its vectors: the buffers take the next parts at once
       dev::unrolled<kParts>(refill);
-      auto dot_held = [&](auto full_tag) {
-        float d = 0.f;
-#pragma unroll
-        for (int v = 0; v < kVpt; ++v) {
-          if (decltype(full_tag)::value || inside(v)) d = dot_vec(d, v, dvs[v], xvs[v]);
-        }
-        return d;
-      };
-      dot = dev::with_extent(full, dot_held);
+      dev::with_extent(full, pass, integral_constant<int, 0>{}, integral_constant<int, kVpt>{}, from_registers,
+                       add_dot);
     } else {
       dev::unrolled<kParts>([&](auto part) {
         await_part(part);
-        dot = dev::with_extent(full, dot_of, part, dot, buffer(decltype(part)::value));
+        dev::with_extent(full, pass, integral_constant<int, decltype(part)::value * kPartVpt>{}, PartVpt{},
+                         from_buffer(buffer(decltype(part)::value)), add_dot);
       });
     }
     dot = dev::group_sum<kCluster>(dot, kGroup, parity, slots, entry);
     const float c = inv * inv * dot / static_cast<float>(n);
+    auto write = [&](int v, const V& dv, const V& xv) { write_vec(v, dv, xv, dxr, inv, c); };
     if constexpr (kRegRow) {
-      auto write_held = [&](auto full_tag) {
-#pragma unroll
-        for (int v = 0; v < kVpt; ++v) {
-          if (decltype(full_tag)::value || inside(v)) write_vec(v, dvs[v], xvs[v], dxr, inv, c);
-        }
-      };
-      dev::with_extent(full, write_held);
+      dev::with_extent(full, pass, integral_constant<int, 0>{}, integral_constant<int, kVpt>{}, from_registers,
+                       write);
     } else {
       dev::unrolled<kParts>([&](auto part) {
-        dev::with_extent(full, write, part, buffer(decltype(part)::value), dxr, inv, c);
+        dev::with_extent(full, pass, integral_constant<int, decltype(part)::value * kPartVpt>{}, PartVpt{},
+                         from_buffer(buffer(decltype(part)::value)), write);
         __syncthreads();  // every thread is done with the part's buffer
         refill(part);
       });
@@ -659,10 +656,14 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
       return launch<kCluster>(k, p, units, plan::forward_smem_bytes(p), true, stream, x, x_row_stride, weight, y,
                               inv_rms, rows, n, eps);
     };
-    constexpr int kVpt = plan::kFwdStagedVpt;
-    if (p.vpt == kVpt) return go(fwd_staged_kernel<T, W, kVpt, kCluster>);
-    if constexpr (kCluster) {  // twice the vectors a thread: only rows longer than a 16-CTA cluster
-      if (p.vpt == 2 * kVpt) return go(fwd_staged_kernel<T, W, 2 * kVpt, kCluster>);
+    using plan::kFwdLongCta, plan::kFwdLongVpt, plan::kFwdStagedCta, plan::kFwdStagedVpt;
+    if (p.vpt == kFwdStagedVpt && p.cta == kFwdStagedCta) {
+      return go(fwd_staged_kernel<T, W, kFwdStagedVpt, kCluster, kFwdStagedCta>);
+    }
+    if constexpr (kCluster) {  // only rows longer than a 16-CTA cluster of those
+      if (p.vpt == kFwdLongVpt && p.cta == kFwdLongCta) {
+        return go(fwd_staged_kernel<T, W, kFwdLongVpt, kCluster, kFwdLongCta>);
+      }
     }
     return cudaErrorInvalidValue;  // no kernel for this plan
   }

@@ -25,7 +25,8 @@ static void show(const char* dir, long n_vec, const Plan& p, long rows) {
 }
 int main() {
   // the staged CTAs the plan is built with: threads forward, threads and vectors a thread backward
-  std::printf("staged %d %d %d\n", kFwdStagedCta, kBwdStagedCta, kBwdStagedVpt);
+  std::printf("staged %d %d %d %d %d %d\n", kFwdStagedCta, kBwdStagedCta, kBwdStagedVpt, kFwdStagedVpt, kFwdLongCta,
+              kFwdLongVpt);
   long rows_list[4] = {1, 4097, 20000, 1L << 22};
   for (long n_vec = 1; n_vec <= 140000; n_vec += (n_vec < 2100 ? 1 : (n_vec < 8300 ? 7 : 97))) {
     for (long rows : rows_list) {
@@ -70,9 +71,11 @@ def _plans_of(folder, rows_of: list[tuple[int, int, int]]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def plan_output(tmp_path_factory):
-    """(the staged CTAs' sizes, {"fwd_cta", "bwd_cta", "bwd_vpt"}; one tuple a plan) from PROGRAM."""
+    """(the staged CTAs' sizes, {"fwd_cta", "bwd_cta", "bwd_vpt", "fwd_vpt", "fwd_long_cta", "fwd_long_vpt"}; one
+    tuple a plan) from PROGRAM."""
     first, *lines = _run_plan_program(tmp_path_factory.mktemp("plan"), PROGRAM).splitlines()
-    staged = dict(zip(("fwd_cta", "bwd_cta", "bwd_vpt"), map(int, first.split()[1:])))
+    staged = dict(zip(("fwd_cta", "bwd_cta", "bwd_vpt", "fwd_vpt", "fwd_long_cta", "fwd_long_vpt"),
+                      map(int, first.split()[1:])))
     rows = []
     for line in lines:
         dir_, *nums = line.split()
@@ -109,8 +112,12 @@ def test_every_plan_covers_its_row_and_fits_the_hardware(plans, staged_cta):
         assert vpt in (1, 2, 4, 8, 16) and vpt <= max_vpt, where
         if staged:  # the CTA's slab of the row (rows of two tensors, and float sums unless held, backward) in
             # shared memory: under the 227 KB a CTA may have; one row a CTA of the staged size, a constant of
-            # the staged kernels
-            size = staged_cta["fwd_cta"] if dir_ == "fwd" else staged_cta["bwd_cta"]
+            # the staged kernels (forward: the long rows' CTA past a 16-CTA cluster of the first)
+            size = staged_cta["bwd_cta"]
+            if dir_ == "fwd":
+                long_rows = n_vec > 16 * staged_cta["fwd_cta"] * staged_cta["fwd_vpt"]
+                size = staged_cta["fwd_long_cta"] if long_rows else staged_cta["fwd_cta"]
+                assert vpt == (staged_cta["fwd_long_vpt"] if long_rows else staged_cta["fwd_vpt"]), where
             assert cta == group == size and 0 < smem <= 227 * 1024, f"{where}: {smem} bytes of shared memory"
         assert cta % group == 0 and cta <= 1024 and cta % 32 == 0, where
         assert cluster & (cluster - 1) == 0 and cluster <= 16, where
@@ -150,7 +157,7 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
 
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 65,536 vectors,
-    # the longest row a cluster holds (16 staged CTAs of 16 vectors a thread past 32,768: bfloat16 N =
+    # the longest row a cluster holds (16 staged CTAs of 4,096 vectors past 32,768: bfloat16 N =
     # 512K, float32 256K); the backward past 32,768 vectors of 2-byte elements (bfloat16 N = 16K to 256K
     # staged) and 65,536 of 4-byte ones (float32 128K and 256K staged, 256K at 8 vectors a thread).
     first = {}
@@ -163,8 +170,10 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
              for v in (1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768, 32769, 65536, 65537)]
     for (v, _, width), p in zip(edges, _plans_of(tmp_path, edges)):
         assert p["f_split"] == (v > 65536), (v, width, p)
-        # the staged forward past 2,048 vectors (bfloat16 N = 32K, float32 16K), at 16 vectors a thread past 32,768
-        assert p["f_staged"] == (2048 < v <= 65536) and (p["f_vpt"] == 16) == (32768 < v <= 65536), (v, width, p)
+        # the staged forward past 2,048 vectors (bfloat16 N = 32K, float32 16K), in CTAs of twice the slab (4,096
+        # vectors, 64 KB) past 32,768
+        slab = p["f_group"] * p["f_vpt"]
+        assert p["f_staged"] == (2048 < v <= 65536) and (slab == 4096) == (32768 < v <= 65536), (v, width, p)
         assert p["b_split"] == (v > (32768 if width == 2 else 65536)), (v, width, p)
         # the staged backward: 2-byte elements past 1,024 vectors to 32,768, 4-byte ones past 16,384 to 65,536
         # (at 8 vectors a thread past 32,768)
@@ -194,7 +203,7 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
-    forward and of 2 to 16 backward, the staged forward (at 8 and 16 vectors a thread) and backward (in
+    forward and of 2 to 16 backward, the staged forward (in its CTAs and the long rows') and backward (in
     one CTA and clusters of 2, 4 and 16, of both widths; 4-byte elements at 8 vectors a thread, a row in
     registers), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
@@ -213,8 +222,10 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     fwd = {(p["f_group"], p["f_cluster"], p["f_staged"]) for p in plans if not p["f_split"]}
     bwd = {(p["b_group"], p["b_cluster"], p["b_staged"]) for p in plans if not p["b_split"]}
     assert {cl for _, cl, st in fwd if st} >= {4, 8, 16}, fwd  # the staged forward in clusters
-    # and at twice the vectors a thread (rows past 32,768 vectors: a cluster of 16)
-    assert any(p["f_staged"] and p["f_vpt"] == 16 for p in plans), plans
+    # and in the long rows' CTAs (rows past 32,768 vectors: a cluster of 16)
+    long_shape = (staged_cta["fwd_long_cta"], staged_cta["fwd_long_vpt"])
+    assert any(p["f_staged"] and (p["f_group"], p["f_vpt"]) == long_shape for p in plans), plans
+    assert long_shape[0] * long_shape[1] == 2 * staged_cta["fwd_cta"] * staged_cta["fwd_vpt"], staged_cta
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
     assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
