@@ -22,15 +22,15 @@ from .cases import DTYPES, Case, layout_possible
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
-# One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default
-# thresholds), rather than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for
-# float64 and lengths that are not whole vectors, elements with "e", layout). Forward: register rows
-# of 1 to 512 threads, the staged path in clusters of 2, 4, 8 and 16 (and of 16 of the long rows' CTAs,
-# twice the slab), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and
-# clusters of 2, 4 and 16 (2-byte elements, the weight and grad_weight's sums in registers; 4-byte ones,
-# the sums alone, in a cluster of 16, and at twice the vectors a thread, a row in registers), the split path;
-# the fallback both ways; misaligned and padded rows copied to aligned workspace; zero rows. Indices
-# are kept (the mutants' sanitize_paths name them): new cases go at the end.
+# One case for every launch path of kernels/rmsnorm_launch.cu and rmsnorm_plan.h (its default thresholds), rather
+# than a random sample: (dtype, weight dtype, rows, N in 16-byte vectors or, for float64 and lengths that are not
+# whole vectors, elements with "e", layout). Forward: register rows of 1 to 512 threads (short rows at 2 vectors a
+# thread in 64 and 128), the staged path in clusters of 2, 4, 8 and 16 (and of 16 of the long rows' CTAs, twice the
+# slab), the split path; backward: register rows, clusters of 2 to 16, the staged path in one CTA and clusters of
+# 2, 4 and 16 (2-byte elements, the weight and grad_weight's sums in registers; 4-byte ones, the sums alone, in a
+# cluster of 16, and at twice the vectors a thread, a row in registers), the split path; the fallback both ways;
+# misaligned and padded rows copied to aligned workspace; zero rows. Indices are kept (the mutants' sanitize_paths
+# name them): new cases go at the end.
 PATHS = (
     ("float32", "float32", 3, "7e", "contiguous"),  # not whole vectors: the fallback, forward and backward
     ("float64", "float32", 2, "1000e", "transposed"),  # float64: the fallback; a transposed x copied
@@ -74,6 +74,8 @@ PATHS = (
     ("float32", "float32", 1, 32768, "contiguous"),
     # Backward: a register cluster of 2 (float32 N = 8,192), 3 rows. Forward: 512 threads a row.
     ("float32", "float32", 3, 2048, "contiguous"),
+    # Forward: the short rows' 2 vectors a thread in 128-thread rows (129 to 256 vectors: bfloat16 N = 2,048), 5 rows.
+    ("bfloat16", "float32", 5, 256, "contiguous"),
 )
 
 

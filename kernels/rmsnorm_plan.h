@@ -119,6 +119,12 @@ constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
 #endif
 constexpr int kFwdLongCta = RMSNORM_FWD_STAGED_LONG_CTA > 0 ? RMSNORM_FWD_STAGED_LONG_CTA : kFwdStagedCta;
 constexpr int kFwdLongVpt = 2 * kFwdStagedVpt * kFwdStagedCta / kFwdLongCta;
+constexpr int kSmThreads = 2048;  // an sm_90 multiprocessor's resident threads
+// 3 of the long rows' CTAs share a multiprocessor (their 64 KB slabs; FwdStagedCtasPerSm), and each holds
+// twice the first shape's slab: 256 or 512 threads build (1024 would ask for 3,072 threads a multiprocessor).
+static_assert(kFwdLongCta >= kFwdStagedCta && 3 * kFwdLongCta <= kSmThreads &&
+                  kFwdLongVpt * kFwdLongCta == 2 * kFwdStagedVpt * kFwdStagedCta,
+              "RMSNORM_FWD_STAGED_LONG_CTA: 0, 256 or 512 threads (3 CTAs a multiprocessor, twice the slab)");
 // The staged forward's weight: held in registers from the kernel's start, each CTA loading its
 // columns once (their latency off every row's path), for elements of at least
 // RMSNORM_FWD_STAGED_HOLD_W bytes (0: none). That is 32 more registers a thread, so 3 CTAs a
@@ -476,20 +482,20 @@ constexpr Plan layout(int64_t n_vec, int small_cta, int max_group, int pref_vpt,
 }
 
 // A staged forward: one CTA of kFwdStagedCta threads while it holds the row, then clusters of 2 to 8
-// CTAs (portable), then 16; then clusters of 8 and 16 of the long rows' CTAs (kFwdLongCta, kFwdLongVpt).
+// CTAs (portable), then 16; then a cluster of 16 of the long rows' CTAs (kFwdLongCta, kFwdLongVpt), whose
+// slabs are twice as long, so that 8 of them would hold no more than 16 of the first.
 constexpr Plan staged_layout(int64_t n_vec) {
   Plan p;
   p.staged = true;
-  const int shapes[2][2] = {{kFwdStagedCta, kFwdStagedVpt}, {kFwdLongCta, kFwdLongVpt}};  // (threads, vectors)
-  const int limits[2] = {kMaxPortableCluster, kMaxCluster};
-  for (const auto& shape : shapes) {
-    for (int limit : limits) {
-      const int64_t clusters = ceil_div(n_vec, int64_t(shape[0]) * shape[1]);
-      if (p.vpt == 0 && clusters <= limit) {
-        p.group = p.cta = shape[0];  // the kernel's constant, even where fewer threads would hold the row
-        p.vpt = shape[1];
-        p.cluster = pow2_at_least(clusters);
-      }
+  const int steps[3][3] = {{kFwdStagedCta, kFwdStagedVpt, kMaxPortableCluster},  // (threads, vectors, CTAs)
+                           {kFwdStagedCta, kFwdStagedVpt, kMaxCluster},
+                           {kFwdLongCta, kFwdLongVpt, kMaxCluster}};
+  for (const auto& step : steps) {
+    const int64_t clusters = ceil_div(n_vec, int64_t(step[0]) * step[1]);
+    if (p.vpt == 0 && clusters <= step[2]) {
+      p.group = p.cta = step[0];  // the kernel's constant, even where fewer threads would hold the row
+      p.vpt = step[1];
+      p.cluster = pow2_at_least(clusters);
     }
   }
   if (p.vpt == 0) return Plan{};  // too long for any cluster
@@ -506,9 +512,39 @@ constexpr Plan split_layout() {
   return p;
 }
 
+// Short rows (65 to RMSNORM_FWD_SHORT_TO vectors: float32 N = 1K, bfloat16 1K and 2K) at 2 vectors a thread in
+// groups of 64 or 128 threads, where layout() gives 4 vectors a thread (0: off). On the H200 (one run of
+// benchmarks/variants.py after 1ab2ed7, users' path, forward, 2 vectors a thread at every length): float32 N =
+// 1K 0.94 -> 0.96, bfloat16 1K 0.89 -> 0.90; 4K and 8K lost (bfloat16 8K 0.90 -> 0.72, groups of 512). This
+// rule alone, in a second run (256 / 128 / 0): float32 1K 0.96 / 0.94 / 0.94; bfloat16 1K 0.90 in all three,
+// 2K 0.89 in all three; the lengths past 256 vectors unchanged.
+#ifndef RMSNORM_FWD_SHORT_TO
+#define RMSNORM_FWD_SHORT_TO 256
+#endif
+static_assert(RMSNORM_FWD_SHORT_TO <= 256, "RMSNORM_FWD_SHORT_TO: the launcher has groups of up to 128 at 2 vectors");
+// Lost, not kept: a reread forward, what torch.compile makes of LlamaRMSNorm at float32 N = 4K and 16K (a row a
+// program of 512 threads, 24 registers, two loops over the row: x loaded under an L2 evict-last policy for the
+// squares, then again under evict-first for y; its kernel 123.3 us at 86.1% of DRAM throughput at float32 16384
+// x 4096 against the register forward's 128.3 us at 83.0%, Nsight Compute on the H200 at 6d2347d). Built as a
+// CTA a row holding none of it (32 registers, no spills; rows of 257 to 4,096 vectors), it lost at every shape
+// and setting in two runs of benchmarks/variants.py (users' path, forward as a fraction of the copy, bfloat16 N
+// = 4K / 8K / 16K and float32 2K / 4K / 8K / 16K): the defaults 0.89 / 0.90 / 0.90 and 0.94 / 0.95 / 0.96 /
+// 0.93; 512-thread CTAs with 4 vectors in flight a thread 0.68 / 0.64 / 0.67 and 0.73 / 0.73 / 0.87 / 0.75;
+// at each shape the best of the other settings (2 or 1 vectors in flight, CTAs of 256, loads without cache
+// policies) 0.83 / 0.89 / 0.88 and 0.91 / 0.91 / 0.92 / 0.77.
+// Under Nsight Compute (512 threads, 4 in flight) it moved no more bytes than the register forward (515 MB
+// against 513: the second read came from L2) but took 173.5 us at 61.7%: with one short row a CTA, fewer
+// bytes are in flight a multiprocessor than the register forward keeps.
 constexpr Plan forward_plan(int64_t n_vec) {
   if (kFwdSplitFrom > 0 && n_vec > kFwdSplitFrom) return split_layout();
   if (kFwdStagedFrom > 0 && n_vec > kFwdStagedFrom) return staged_layout(n_vec);
+  if (n_vec > 64 && n_vec <= RMSNORM_FWD_SHORT_TO) {
+    Plan p;
+    p.vpt = 2;
+    p.group = pow2_at_least(ceil_div(n_vec, 2));
+    p.cta = p.group > kFwdSmallCta ? p.group : kFwdSmallCta;
+    return p;
+  }
   return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 

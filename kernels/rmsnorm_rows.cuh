@@ -109,9 +109,9 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
 // threads (plan::kFwdStagedCta; plan::kFwdLongCta past a 16-CTA cluster of those): thread 0 copies the
 // CTA's slab of the row, contiguous in x, into shared memory with the bulk-copy engine (TMA), its bytes
 // counted on an mbarrier; thread t reads back its vectors j = (rank * kVpt + v) * kGroup + t for the
-// squares, then again for y. dev::group_sum gives every
-// thread the row's sum. Why the CTA size is a constant and each pass has a version without bounds checks:
-// plan::kFwdStagedCta; why the bulk copy: plan::kFwdStagedFrom.
+// squares, then again for y. dev::group_sum gives every thread the row's sum. Why the CTA size is a
+// constant and each pass has a version without bounds checks: plan::kFwdStagedCta; why the bulk copy:
+// plan::kFwdStagedFrom.
 template <typename T, typename W, int kVpt, bool kCluster, int kCta>
 __global__ void __launch_bounds__(kCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt, kCta>::value)
     fwd_staged_kernel(const T* __restrict__ x,  // [rows, x_row_stride]
@@ -673,7 +673,8 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
                             eps, p.group);
   };
   using std::integral_constant;
-  // The groups layout() makes for each vpt (plan::kFwdPrefVpt = 4, plan::kFwdMaxVpt = 8).
+  // The groups forward_plan makes for each vpt (2 for short rows, RMSNORM_FWD_SHORT_TO; plan::kFwdPrefVpt = 4,
+  // plan::kFwdMaxVpt = 8).
   if constexpr (kCluster) {
     if (p.vpt == plan::kFwdClusterVpt) {
       return with_group(p.group, integral_constant<int, plan::kFwdClusterVpt>{}, go, Groups<512, 1024>{});
@@ -683,7 +684,7 @@ cudaError_t forward(const plan::Plan& p, const T* x, int64_t x_row_stride, const
       case 1:
         return with_group(p.group, integral_constant<int, 1>{}, go, Groups<>{});
       case 2:
-        return with_group(p.group, integral_constant<int, 2>{}, go, Groups<32>{});
+        return with_group(p.group, integral_constant<int, 2>{}, go, Groups<32, 64, 128>{});
       case 4:
         return with_group(p.group, integral_constant<int, 4>{}, go, Groups<32, 64, 128, 256, 512>{});
       case 8:

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 EPS = 1e-5
 # Row lengths in 16-byte vectors, at the edges of the plan's regimes (forward and backward).
-N_VECS = (1, 3, 32, 33, 64, 65, 256, 257, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768,
-          32769, 65536)
+N_VECS = (1, 3, 32, 33, 64, 65, 128, 129, 256, 257, 1000, 1024, 1025, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385,
+          32768, 32769, 65536)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_ELEMENTS = 1 << 22
 

@@ -155,6 +155,21 @@ def test_a_cap_of_forward_ctas_a_multiprocessor_holds(tmp_path, per_sm):
         assert ctas == min(per_sm, fit), f"{line}: {ctas} CTAs of {asked} bytes fit a multiprocessor, the cap is {per_sm}"
 
 
+@pytest.mark.parametrize("setting, builds", [("RMSNORM_FWD_STAGED_LONG_CTA 0", True),
+                                             ("RMSNORM_FWD_STAGED_LONG_CTA 512", True),
+                                             ("RMSNORM_FWD_STAGED_LONG_CTA 1024", False),
+                                             ("RMSNORM_FWD_SHORT_TO 0", True),
+                                             ("RMSNORM_FWD_SHORT_TO 512", False)])
+def test_a_setting_the_kernels_cannot_build_is_refused_by_name(tmp_path, setting, builds):
+    # 3 long-row CTAs of 1024 threads would not fit a multiprocessor; the launcher's 2-vector groups stop at 128
+    if builds:
+        _run_plan_program(tmp_path, f"#define {setting}\n" + CAPPED)
+        return
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _run_plan_program(tmp_path, f"#define {setting}\n" + CAPPED)
+    assert setting.split()[0] in failed.value.stderr, failed.value.stderr[-2000:]
+
+
 def test_the_split_paths_take_the_long_rows(plans, tmp_path):
     # Where each width measured faster split (kernels/rmsnorm_plan.h): the forward past 65,536 vectors,
     # the longest row a cluster holds (16 staged CTAs of 4,096 vectors past 32,768: bfloat16 N =
@@ -180,6 +195,16 @@ def test_the_split_paths_take_the_long_rows(plans, tmp_path):
         assert p["b_staged"] == ((1024 < v <= 32768) if width == 2 else (16384 < v <= 65536)), (v, width, p)
         if p["b_staged"]:
             assert p["b_vpt"] == (8 if v > 32768 else 4), (v, width, p)
+
+
+def test_short_rows_take_two_vectors_a_thread(tmp_path):
+    # kernels/rmsnorm_plan.h, RMSNORM_FWD_SHORT_TO: forward rows of 65 to 256 vectors (float32 N = 1K, bfloat16
+    # 1K and 2K) in groups of 64 or 128 threads at 2 vectors each; 4 vectors a thread on either side of them
+    # but the shortest (a warp while it holds the row at 2 or fewer).
+    rows_of = [(v, 1, 2) for v in (33, 64, 65, 128, 129, 256, 257, 512)]
+    got = {v: (p["f_group"], p["f_vpt"]) for (v, _, _), p in zip(rows_of, _plans_of(tmp_path, rows_of))}
+    assert got == {33: (32, 2), 64: (32, 2), 65: (64, 2), 128: (64, 2), 129: (128, 2), 256: (128, 2),
+                   257: (128, 4), 512: (128, 4)}, got
 
 
 def test_backward_units_do_not_depend_on_the_device(plans):
@@ -227,6 +252,8 @@ def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
     assert any(p["f_staged"] and (p["f_group"], p["f_vpt"]) == long_shape for p in plans), plans
     assert long_shape[0] * long_shape[1] == 2 * staged_cta["fwd_cta"] * staged_cta["fwd_vpt"], staged_cta
     assert {g for g, cl, st in fwd if cl == 1} >= {1, 32, 128, 256, 512}, fwd  # register rows, 1 to 512 threads
+    # every register forward the launcher builds at 2 vectors a thread (short rows: groups of 32, 64 and 128)
+    assert {p["f_group"] for p in plans if p["f_vpt"] == 2 and not p["f_staged"]} >= {32, 64, 128}, plans
     assert {cl for g, cl, st in bwd if not st} >= {1, 2, 4, 8, 16} and (512, 8, 0) in bwd, bwd  # register backward
     assert (staged_cta["bwd_cta"], 4, 1) in bwd, bwd  # the staged backward, a cluster of four
     assert {cl for g, cl, st in bwd if st} >= {1, 2, 4, 16}, bwd  # one CTA, and clusters of 2 and 16
