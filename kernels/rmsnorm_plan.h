@@ -119,12 +119,6 @@ constexpr int kFwdStagedVpt = RMSNORM_FWD_STAGED_VPT;
 #endif
 constexpr int kFwdLongCta = RMSNORM_FWD_STAGED_LONG_CTA > 0 ? RMSNORM_FWD_STAGED_LONG_CTA : kFwdStagedCta;
 constexpr int kFwdLongVpt = 2 * kFwdStagedVpt * kFwdStagedCta / kFwdLongCta;
-constexpr int kSmThreads = 2048;  // an sm_90 multiprocessor's resident threads
-// 3 of the long rows' CTAs share a multiprocessor (their 64 KB slabs; FwdStagedCtasPerSm), and each holds
-// twice the first shape's slab: 256 or 512 threads build (1024 would ask for 3,072 threads a multiprocessor).
-static_assert(kFwdLongCta >= kFwdStagedCta && 3 * kFwdLongCta <= kSmThreads &&
-                  kFwdLongVpt * kFwdLongCta == 2 * kFwdStagedVpt * kFwdStagedCta,
-              "RMSNORM_FWD_STAGED_LONG_CTA: 0, 256 or 512 threads (3 CTAs a multiprocessor, twice the slab)");
 // The staged forward's weight: held in registers from the kernel's start, each CTA loading its
 // columns once (their latency off every row's path), for elements of at least
 // RMSNORM_FWD_STAGED_HOLD_W bytes (0: none). That is 32 more registers a thread, so 3 CTAs a
@@ -190,6 +184,12 @@ struct FwdStagedCtasPerSm {
   static constexpr int value = RMSNORM_FWD_STAGED_PER_SM > 0 && RMSNORM_FWD_STAGED_PER_SM < fit
                                    ? RMSNORM_FWD_STAGED_PER_SM : fit;
 };
+constexpr int kSmThreads = 2048;  // an sm_90 multiprocessor's resident threads
+// The long rows' CTAs hold twice the first shape's slab, and as many share a multiprocessor as their 64 KB
+// slabs allow (3): 256 or 512 threads build (1024 would ask for 3,072 threads a multiprocessor).
+static_assert(kFwdLongCta >= kFwdStagedCta && kFwdLongVpt * kFwdLongCta == 2 * kFwdStagedVpt * kFwdStagedCta &&
+                  FwdStagedCtasPerSm<2, kFwdLongVpt, kFwdLongCta>::fit * kFwdLongCta <= kSmThreads,
+              "RMSNORM_FWD_STAGED_LONG_CTA: 0, 256 or 512 threads (3 CTAs a multiprocessor, twice the slab)");
 // Backward: x, grad_out, the weight and the float grad_weight sums of a thread's columns
 // live in registers, so a thread holds at most 2 vectors of each.
 constexpr int kBwdCta = 512;          // several rows per CTA: fewer grad_weight partial rows
@@ -535,17 +535,25 @@ static_assert(RMSNORM_FWD_SHORT_TO <= 256, "RMSNORM_FWD_SHORT_TO: the launcher h
 // Under Nsight Compute (512 threads, 4 in flight) it moved no more bytes than the register forward (515 MB
 // against 513: the second read came from L2) but took 173.5 us at 61.7%: with one short row a CTA, fewer
 // bytes are in flight a multiprocessor than the register forward keeps.
+// Level or lost, not kept, after 54e0499 (three runs of benchmarks/variants.py on the H200, users' path, forward
+// as a fraction of the copy; the defaults read float32 N = 4K 0.94 in all three). torch.compile's kernel there has
+// 512 threads of 2 vectors of x (Triton's PTX, 16 warps, the loop unrolled), the weight loaded with y. Built here:
+// - the register forward at 2 vectors a thread in fixed groups of 256 and 512 (32 registers at float32, every
+//   thread slot of a multiprocessor), alone or with the weight loaded after the reduction: float32 4K 0.94;
+//   bfloat16 8K 0.90 -> 0.72 (44 registers, 2 CTAs a multiprocessor), 0.90 with the weight late;
+// - the weight loaded after the reduction at every length (32 registers at float32 4 vectors a thread, 8 CTAs a
+//   multiprocessor), with or without programmatic dependent launch: 0.94 / 0.95; without the launch alone 0.94;
+// - the weight prefetched into L1 and loaded after the reduction: 0.81 (bfloat16 1K 0.90 -> 0.44); with launch
+//   bounds for 1,536 or 2,048 threads a multiprocessor too, 0.81 / 0.79 (bfloat16 4K 0.82 / 0.30, spilling);
+// - the cache-streaming hint (st.global.cs) on y: 0.94 (float32 16K 0.93 -> 0.90); on x and y: 0.88;
+// - the staged forward in the long rows' CTAs from the first staged length (a float32 16K row in one CTA of
+//   512 threads): float32 16K / 64K 0.94 / 0.93 -> 0.92 / 0.91, bfloat16 64K / 256K 0.88 / 0.85 -> 0.88 / 0.84.
+// No setting moved bfloat16 1K to 4K by more than 0.01.
 constexpr Plan forward_plan(int64_t n_vec) {
   if (kFwdSplitFrom > 0 && n_vec > kFwdSplitFrom) return split_layout();
   if (kFwdStagedFrom > 0 && n_vec > kFwdStagedFrom) return staged_layout(n_vec);
-  if (n_vec > 64 && n_vec <= RMSNORM_FWD_SHORT_TO) {
-    Plan p;
-    p.vpt = 2;
-    p.group = pow2_at_least(ceil_div(n_vec, 2));
-    p.cta = p.group > kFwdSmallCta ? p.group : kFwdSmallCta;
-    return p;
-  }
-  return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, kFwdPrefVpt, kFwdMaxVpt, kFwdClusterVpt);
+  const int pref_vpt = n_vec <= RMSNORM_FWD_SHORT_TO ? 2 : kFwdPrefVpt;  // short rows: 2 vectors a thread
+  return layout(n_vec, kFwdSmallCta, kFwdMaxGroup, pref_vpt, kFwdMaxVpt, kFwdClusterVpt);
 }
 
 // A staged backward: one CTA of kBwdStagedCta threads while it holds the row, then a cluster of up to
