@@ -543,12 +543,13 @@ static_assert(RMSNORM_FWD_SHORT_TO <= 256, "RMSNORM_FWD_SHORT_TO: the launcher h
 //   bfloat16 8K 0.90 -> 0.72 (44 registers, 2 CTAs a multiprocessor), 0.90 with the weight late;
 // - the weight loaded after the reduction at every length (32 registers at float32 4 vectors a thread, 8 CTAs a
 //   multiprocessor), with or without programmatic dependent launch: 0.94 / 0.95; without the launch alone 0.94;
-// - the weight prefetched into L1 and loaded after the reduction: 0.81 (bfloat16 1K 0.90 -> 0.44); with launch
-//   bounds for 1,536 or 2,048 threads a multiprocessor too, 0.81 / 0.79 (bfloat16 4K 0.82 / 0.30, spilling);
+// - the weight prefetched into L1 and loaded after the reduction: 0.81 (bfloat16 1K 0.44, the defaults 0.82 in that
+//   run); with launch bounds for 1,536 or 2,048 threads a multiprocessor too, 0.81 / 0.79 (bfloat16 4K 0.90 ->
+//   0.82 / 0.30, spilling);
 // - the cache-streaming hint (st.global.cs) on y: 0.94 (float32 16K 0.93 -> 0.90); on x and y: 0.88;
 // - the staged forward in the long rows' CTAs from the first staged length (a float32 16K row in one CTA of
 //   512 threads): float32 16K / 64K 0.94 / 0.93 -> 0.92 / 0.91, bfloat16 64K / 256K 0.88 / 0.85 -> 0.88 / 0.84.
-// No setting moved bfloat16 1K to 4K by more than 0.01.
+// The settings that read float32 4K level (the first two and the hint on y) moved bfloat16 1K to 4K by 0.02 at most.
 constexpr Plan forward_plan(int64_t n_vec) {
   if (kFwdSplitFrom > 0 && n_vec > kFwdSplitFrom) return split_layout();
   if (kFwdStagedFrom > 0 && n_vec > kFwdStagedFrom) return staged_layout(n_vec);
