@@ -96,6 +96,26 @@ __device__ __forceinline__ void store16(T* p, const Vec16<T, kN>& in) {
   for (int i = 0; i < Vec16<T, kN>::kWords; ++i) dst[i] = src[i];
 }
 
+// An L2 policy under which the lines a load or bulk copy brings in are evicted last (plan's
+// RMSNORM_FWD_X_EVICT_LAST).
+__device__ __forceinline__ uint64_t evict_last_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// load16 with L1 and L2 told to evict the lines last (policy: evict_last_policy()).
+template <typename T, int kN>
+__device__ __forceinline__ void load16_evict_last(Vec16<T, kN>& out, const T* p, uint64_t policy) {
+  uint4* dst = reinterpret_cast<uint4*>(out.v);
+#pragma unroll
+  for (int i = 0; i < Vec16<T, kN>::kWords; ++i) {
+    asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(dst[i].x), "=r"(dst[i].y), "=r"(dst[i].z), "=r"(dst[i].w)
+        : "l"(reinterpret_cast<const char*>(p) + 16 * i), "l"(policy));
+  }
+}
+
 // Ask L1 for the 16-byte words of a vector now, so that a later load of it is a cache hit
 // (no registers held meanwhile).
 template <typename T, int kN>
@@ -251,12 +271,22 @@ __device__ __forceinline__ void reads_before_bulk_copies() {
 // Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into this CTA's shared
 // memory with the bulk-copy engine (TMA), the bytes counted on the mbarrier at shared address bar (which
 // expect_bytes has told of them). Then wait_phase(bar, ...) in every thread that reads them.
+// kEvictLast: under an L2 evict-last policy (evict_last_policy).
+template <bool kEvictLast = false>
 __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* gmem, unsigned int bytes,
                                                     unsigned int bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_address(smem)),
-               "l"(gmem), "r"(bytes), "r"(bar)
-               : "memory");
+  if constexpr (kEvictLast) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+            "r"(smem_address(smem)),
+        "l"(gmem), "r"(bytes), "r"(bar), "l"(evict_last_policy())
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_address(smem)),
+                 "l"(gmem), "r"(bytes), "r"(bar)
+                 : "memory");
+  }
 }
 
 // The bytes of a row's slab (`tile` 16-byte vectors from vector rank * tile) that lie inside a row of n_vec
@@ -266,24 +296,26 @@ __device__ __forceinline__ unsigned int slab_bytes(int n_vec, unsigned int rank,
   return left <= 0 ? 0u : static_cast<unsigned int>(left < tile ? left : tile) * 16u;
 }
 
+template <bool kEvictLast>
 __device__ __forceinline__ void bulk_copies_to_shared(unsigned int, unsigned int) {}
 
-template <typename... Pairs>
+template <bool kEvictLast, typename... Pairs>
 __device__ __forceinline__ void bulk_copies_to_shared(unsigned int bar, unsigned int bytes, void* smem,
                                                       const void* gmem, Pairs... rest) {
-  bulk_copy_to_shared(smem, gmem, bytes, bar);
-  bulk_copies_to_shared(bar, bytes, rest...);
+  bulk_copy_to_shared<kEvictLast>(smem, gmem, bytes, bar);
+  bulk_copies_to_shared<kEvictLast>(bar, bytes, rest...);
 }
 
 // Thread 0, after a CTA barrier that follows every thread's last read of the destinations: copy the CTA's
 // slabs (shared destination, global source pairs; `bytes` each) by bulk copy, counted on the mbarrier at
-// shared address bar. Every thread that reads them waits on bar's phase first (wait_phase).
-template <typename... Pairs>
+// shared address bar. Every thread that reads them waits on bar's phase first (wait_phase). kEvictLast: the
+// copies under an L2 evict-last policy.
+template <bool kEvictLast = false, typename... Pairs>
 __device__ __forceinline__ void copy_slabs(unsigned int bar, unsigned int bytes, Pairs... pairs) {
   static_assert(sizeof...(Pairs) % 2 == 0, "(shared destination, global source) pairs");
   reads_before_bulk_copies();
   expect_bytes(bar, bytes * static_cast<unsigned int>(sizeof...(Pairs) / 2));
-  bulk_copies_to_shared(bar, bytes, pairs...);
+  bulk_copies_to_shared<kEvictLast>(bar, bytes, pairs...);
 }
 
 // The address of the same shared-memory variable in the CTA of rank `rank` of this cluster.

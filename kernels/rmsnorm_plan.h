@@ -155,6 +155,21 @@ struct FwdStagedHoldW {  // a constant, not a function: the kernels read it (pla
 #define RMSNORM_FWD_STAGED_W_AHEAD 4
 #endif
 constexpr int kFwdStagedWAhead = RMSNORM_FWD_STAGED_W_AHEAD;
+// The forward reads x under an L2 evict-last policy (createpolicy.fractional.L2::evict_last): the register
+// forward's loads of x (ld.global.L1::evict_last.L2::cache_hint) and the staged forward's bulk copies
+// (.L2::cache_hint), so that L2 evicts the lines of y (written back to DRAM) before those of x, as torch.compile's
+// forward loads x in its first pass. On the H200 (benchmarks/variants.py, users' path, forward as a fraction of the
+// copy, three calls) it was torch.compile's lead: its kernel rebuilt in Triton read float32 16384 x 4096 at 0.98
+// with the hint and 0.94 without, in either of its passes' shapes; in ours, each x load in the other flavours
+// (ld.global, L1::no_allocate, L2::256B, an L2 evict-first policy) read 0.87-0.95 against the defaults' 0.95. In the
+// last call, defaults / evict-last: bfloat16 N = 1K-256K 0.90 / 0.93, 0.89 / 0.93, 0.90 / 0.92, 0.88 / 0.92, 0.85 /
+// 0.87; float32 0.96 / 0.98, 0.95 / 0.98, 0.93 / 0.97, 0.93 / 0.96, 0.85 / 0.85. Under Nsight Compute (float32 16384
+// x 4096, three calls each after a 256 MB flush, no cache control) each call still read all 268.5 MB of x from DRAM:
+// the gain is not x left in L2 by the call before. Setting the lines back to the normal priority after the row
+// (applypriority) lost most of it. RMSNORM_FWD_X_EVICT_LAST=0 loads x without a policy.
+#ifndef RMSNORM_FWD_X_EVICT_LAST
+#define RMSNORM_FWD_X_EVICT_LAST 1
+#endif
 // CTAs a multiprocessor the forward kernels may hold at most (0: as many as their registers and
 // shared memory allow): RMSNORM_FWD_STAGED_PER_SM for the staged forward, RMSNORM_FWD_PER_SM for the
 // register forward; a cap asks for more shared memory than the kernel uses (forward_smem_bytes). Fewer

@@ -38,6 +38,9 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   // when that costs at most 16 more registers a thread; otherwise it is prefetched into L1
   // then and loaded after the reduction.
   constexpr bool kPrefetchW = kVpt * sizeof(VW) <= 64;
+  // x under an L2 evict-last policy (plan's RMSNORM_FWD_X_EVICT_LAST); not in a cluster, whose kernels (reached
+  // only with RMSNORM_FWD_STAGED_FROM=0) would spill the policy's registers at 4 vectors a thread.
+  constexpr bool kEvictLast = RMSNORM_FWD_X_EVICT_LAST != 0 && !kCluster;
   __shared__ dev::ReduceSlots slots;
   unsigned int rank = 0, cluster_size = 1;
   if constexpr (kCluster) {
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
   const int64_t units = gridDim.x / cluster_size;
   dev::wait_for_previous_grid();
   dev::let_next_grid_start();
+  const uint64_t policy = kEvictLast ? dev::evict_last_policy() : 0;
   int parity = 0;
   for (int64_t base = unit * per_unit; base < rows; base += units * per_unit, parity ^= 1) {
     const int64_t row = base + threadIdx.x / group;
@@ -65,7 +69,11 @@ __global__ void __launch_bounds__(plan::kMaxCtaThreads)
     for (int v = 0; v < kVpt; ++v) {
       const int j = first_vec + v * group;
       if (active && j < n_vec) {
-        dev::load16(xv[v], xr + j * kVec);
+        if constexpr (kEvictLast) {
+          dev::load16_evict_last(xv[v], xr + j * kVec, policy);
+        } else {
+          dev::load16(xv[v], xr + j * kVec);
+        }
         if constexpr (kPrefetchW) {
           dev::load16(wv[v], weight + j * kVec);
         } else {
@@ -209,7 +217,9 @@ __global__ void __launch_bounds__(kCta, plan::FwdStagedCtasPerSm<sizeof(T), kVpt
     // A CTA takes a second row only past plan::kMaxFwdCtas: its threads are done with the tile first.
     if (row != unit) __syncthreads();
     const T* xr = x + row * x_row_stride + first;  // thread 0's: the slab's start
-    if (threadIdx.x == 0 && slab_bytes > 0) dev::copy_slabs(dev::smem_address(&landed), slab_bytes, tile, xr);
+    if (threadIdx.x == 0 && slab_bytes > 0) {
+      dev::copy_slabs<RMSNORM_FWD_X_EVICT_LAST != 0>(dev::smem_address(&landed), slab_bytes, tile, xr);
+    }
     if constexpr (!kHoldW) load_w();  // each row: the ring ends holding its last vectors' weight
     if (slab_bytes > 0) dev::wait_phase(dev::smem_address(&landed), static_cast<unsigned int>(parity));
     float ss = dev::with_extent(full, squares);
