@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from variants import build_variants, parse_variants  # noqa: E402  (benchmarks/, beside this script)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(16384, 4096, "bfloat16"), (16384, 4096, "float32"), (1024, 65536, "bfloat16")]
 BUFFERS = 4
@@ -83,17 +85,9 @@ def main(argv=None) -> int:
     p.add_argument("variants", nargs="+", help="NAME:DEFINES, DEFINES space- or comma-separated (empty: the defaults)")
     p.add_argument("--compiled", action="store_true", help="torch.compile of LlamaRMSNorm beside the first variant")
     args = p.parse_args(argv)
-    parsed = []
-    for spec in args.variants:
-        name, _, defines = spec.partition(":")
-        if not name:
-            raise SystemExit(f"l2_regimes: expected NAME:DEFINES, but got {spec!r}")
-        parsed.append((name, defines))
+    parsed = parse_variants(args.variants, "l2_regimes")
     # Every variant built first, side by side, then timed one after another, each in its own process.
-    builds = [subprocess.Popen([sys.executable, "-m", "harness", "build"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=dict(os.environ, RMSNORM_KERNEL_DEFINES=d))
-              for _, d in parsed]
-    failed = [name for (name, _), b in zip(parsed, builds) if b.wait() != 0]
+    failed = build_variants(parsed)
     if failed:
         raise SystemExit(f"l2_regimes: the build failed for {', '.join(failed)} (python3 -m harness build says why)")
     rc = 0

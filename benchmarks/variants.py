@@ -22,6 +22,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def parse_variants(specs: list[str], prog: str) -> list[tuple[str, str]]:
+    """(NAME, DEFINES) of each NAME:DEFINES argument; a clear error for one without a name."""
+    parsed = []
+    for spec in specs:
+        name, _, defines = spec.partition(":")
+        if not name:
+            raise SystemExit(f"{prog}: expected NAME:DEFINES, but got {spec!r}")
+        parsed.append((name, defines))
+    return parsed
+
+
+def build_variants(parsed: list[tuple[str, str]]) -> list[str]:
+    """Each variant's extension built (``harness build`` with its defines), all side by side; the names whose
+    build failed."""
+    builds = [subprocess.Popen([sys.executable, "-m", "harness", "build"], cwd=ROOT,
+                               env=dict(os.environ, RMSNORM_KERNEL_DEFINES=defines), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) for _, defines in parsed]
+    return [name for (name, _), b in zip(parsed, builds) if b.wait() != 0]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variants", nargs="+", help="NAME:DEFINES, DEFINES space- or comma-separated (empty: the defaults)")
@@ -33,18 +53,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    parsed = []
-    for spec in args.variants:
-        name, _, defines = spec.partition(":")
-        if not name:
-            raise SystemExit(f"variants: expected NAME:DEFINES, but got {spec!r}")
-        parsed.append((name, defines))
+    parsed = parse_variants(args.variants, "variants")
     # Every variant built first, side by side (the builds are the slow part), then timed one by one.
-    builds = [subprocess.Popen([sys.executable, "-m", "harness", "build"], cwd=ROOT,
-                               env=dict(os.environ, RMSNORM_KERNEL_DEFINES=defines), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL) for _, defines in parsed]
-    for b in builds:
-        b.wait()
+    build_variants(parsed)
     runs = []
     for name, defines in parsed:
         env = dict(os.environ, RMSNORM_KERNEL_DEFINES=defines)
