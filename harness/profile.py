@@ -5,8 +5,10 @@ called as its users call it (harness.bench's users' path: the module, backward t
 under ``ncu`` (clocks left as the card has them), inside an NVTX range so that only the
 target's kernels are profiled, and prints per kernel: time, DRAM throughput (percent of peak)
 and bytes against the least the step must move, achieved and theoretical occupancy, registers
-per thread, local-memory (spill) traffic, and the three largest stall reasons. The raw CSV is
-kept beside the summary.
+per thread, the launch (block, grid, cluster size, and the clusters the GPU holds at once), where
+the grid ran (the multiprocessors' mean active share of the kernel's cycles, the fewest and most
+CTAs a multiprocessor ran), local-memory (spill) traffic, and the three largest stall reasons. The
+raw CSV is kept beside the summary.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ BASE = {
     "cluster": "launch__cluster_size",
     "local_ld": "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
     "local_st": "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
+    # Where the grid ran: the multiprocessors' active cycles (their mean over the kernel's elapsed cycles), the CTAs
+    # each ran (fewest, most), and the clusters the GPU holds at once (the occupancy calculator's, cluster launches).
+    "sm_active": "sm__cycles_active.avg",
+    "sm_elapsed": "sm__cycles_elapsed.max",
+    "ctas_min": "sm__ctas_launched.min",
+    "ctas_max": "sm__ctas_launched.max",
+    "clusters_at_once": "launch__cluster_max_active",
 }
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
@@ -122,7 +131,8 @@ def short_name(name: str) -> str:
 def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> str:
     least = {"forward": 2 * m * n * elem, "backward": 3 * m * n * elem}
     out = [f"{'kernel':<44} {'us':>8} {'DRAM%':>6} {'MB moved':>9} {'occ%':>5} {'theo%':>5} {'regs':>4} "
-           f"{'block':>5} {'grid':>7} {'clu':>3} {'spill B':>7}  top stalls (per issue)"]
+           f"{'block':>5} {'grid':>7} {'clu':>3} {'at once':>7} {'SM act%':>7} {'CTAs/SM':>7} {'spill B':>7}  "
+           "top stalls (per issue)"]
     total_us = 0.0
     for r in rows:
         short = short_name(r.get("Kernel Name", "?"))
@@ -137,11 +147,15 @@ def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> st
         moved_mb = moved * scale / 1e6
         stalls = sorted(((_num(r.get(STALL_METRIC.format(s), "")) or 0.0, s) for s in STALLS), reverse=True)[:3]
         spill = (get["local_ld"] or 0) + (get["local_st"] or 0)
-        fmt = lambda v, f: ("-" if v is None else format(v, f))  # noqa: E731
+        fmt = lambda v, f: ("-".rjust(int(f.split(".")[0])) if v is None else format(v, f))  # noqa: E731
+        # clusters at once: only for cluster launches; SM active: the mean multiprocessor's share of the elapsed cycles
+        at_once = get["clusters_at_once"] if (get["cluster"] or 0) > 0 else None
+        sm_act = 100 * get["sm_active"] / get["sm_elapsed"] if get["sm_active"] is not None and get["sm_elapsed"] else None
+        ctas = "-" if get["ctas_min"] is None or get["ctas_max"] is None else f"{get['ctas_min']:.0f}-{get['ctas_max']:.0f}"
         out.append(f"{short[:44]:<44} {t_us:8.1f} {fmt(get['dram_pct'], '6.1f')} {moved_mb:9.1f} "
                    f"{fmt(get['occupancy_pct'], '5.1f')} {fmt(get['theoretical_pct'], '5.1f')} "
                    f"{fmt(get['registers'], '4.0f')} {fmt(get['block'], '5.0f')} {fmt(get['grid'], '7.0f')} "
-                   f"{fmt(get['cluster'], '3.0f')} {spill:7.0f}  "
+                   f"{fmt(get['cluster'], '3.0f')} {fmt(at_once, '7.0f')} {fmt(sm_act, '7.1f')} {ctas:>7} {spill:7.0f}  "
                    + ", ".join(f"{s} {v:.1f}" for v, s in stalls))
     dirs = ("forward", "backward") if direction == "both" else (direction,)
     need = sum(least[d] for d in dirs)

@@ -87,6 +87,24 @@ def test_profile_summary_of_a_recorded_ncu_run():
     assert text.splitlines()[-1].startswith("total 180.4 us over 3 kernel(s); the least the steps must move: 671.1 MB")
 
 
+def test_profile_summary_says_where_a_cluster_grid_ran():
+    # Nsight Compute's figures for the bfloat16 256 x 262144 staged forward (clusters of 16) on the H200 at e839fd8's
+    # kernels, as its --csv --page raw output puts them: a header, the units, one row a kernel.
+    cols = {"Kernel Name": ("", "void rmsnorm::rows::fwd_staged_kernel<__nv_bfloat16, __nv_bfloat16, 8, 1, 256>(int)"),
+            "gpu__time_duration.sum": ("us", "70.85"), "dram__bytes_read.sum": ("Mbyte", "134.79"),
+            "dram__bytes_write.sum": ("Mbyte", "109.31"), "launch__cluster_size": ("", "16"),
+            "launch__cluster_max_active": ("cluster", "35"), "launch__grid_size": ("", "4,096"),
+            "sm__cycles_active.avg": ("cycle", "115,879.17"), "sm__cycles_elapsed.max": ("cycle", "139,100"),
+            "sm__ctas_launched.min": ("block", "0"), "sm__ctas_launched.max": ("block", "40")}
+    text = "\n".join(",".join(f'"{v}"' for v in row) for row in
+                     (list(cols), [u for u, _ in cols.values()], [v for _, v in cols.values()]))
+    rows = profile.parse(text)
+    line = profile.summarize(rows, 256, 262144, 2, "forward").splitlines()[1]
+    # one field a column ('-' where ncu gave nothing), the stalls last: grid, cluster, at once, SM act%, CTAs/SM
+    assert line.split()[0] == "fwd_staged_kernel<bf16,bf16,8,1,256>" and line.split()[1] == "70.8", line
+    assert line.split()[8:13] == ["4096", "16", "35", "83.3", "0-40"], line
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 @pytest.mark.parametrize("cmd", (["bench", "--n", "4096"], ["profile"]))
 def test_without_a_gpu_both_commands_say_so_and_exit_2(cmd):
