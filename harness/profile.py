@@ -150,13 +150,14 @@ def summarize(rows: list[dict], m: int, n: int, elem: int, direction: str) -> st
         fmt = lambda v, f: ("-".rjust(int(f.split(".")[0])) if v is None else format(v, f))  # noqa: E731
         # clusters at once: only for cluster launches; SM active: the mean multiprocessor's share of the elapsed cycles
         at_once = get["clusters_at_once"] if (get["cluster"] or 0) > 0 else None
-        sm_act = 100 * get["sm_active"] / get["sm_elapsed"] if get["sm_active"] is not None and get["sm_elapsed"] else None
-        ctas = "-" if get["ctas_min"] is None or get["ctas_max"] is None else f"{get['ctas_min']:.0f}-{get['ctas_max']:.0f}"
+        active, elapsed, fewest, most = (get[k] for k in ("sm_active", "sm_elapsed", "ctas_min", "ctas_max"))
+        sm_act = 100 * active / elapsed if active is not None and elapsed else None
+        ctas = "-" if fewest is None or most is None else f"{fewest:.0f}-{most:.0f}"
         out.append(f"{short[:44]:<44} {t_us:8.1f} {fmt(get['dram_pct'], '6.1f')} {moved_mb:9.1f} "
                    f"{fmt(get['occupancy_pct'], '5.1f')} {fmt(get['theoretical_pct'], '5.1f')} "
                    f"{fmt(get['registers'], '4.0f')} {fmt(get['block'], '5.0f')} {fmt(get['grid'], '7.0f')} "
-                   f"{fmt(get['cluster'], '3.0f')} {fmt(at_once, '7.0f')} {fmt(sm_act, '7.1f')} {ctas:>7} {spill:7.0f}  "
-                   + ", ".join(f"{s} {v:.1f}" for v, s in stalls))
+                   f"{fmt(get['cluster'], '3.0f')} {fmt(at_once, '7.0f')} {fmt(sm_act, '7.1f')} {ctas:>7} "
+                   f"{spill:7.0f}  " + ", ".join(f"{s} {v:.1f}" for v, s in stalls))
     dirs = ("forward", "backward") if direction == "both" else (direction,)
     need = sum(least[d] for d in dirs)
     out.append(f"total {total_us:.1f} us over {len(rows)} kernel(s); the least the step{'s' if len(dirs) > 1 else ''} "
