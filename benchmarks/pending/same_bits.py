@@ -1,7 +1,8 @@
-"""The forward's outputs of this build (the kernels' settings in RMSNORM_KERNEL_DEFINES) on fixed inputs: saved
-to a file, or compared bit for bit with a file another build saved. Two settings that lay a row out alike must
-give the same bits (the sum's order is fixed by the layout); where they differ, the largest difference of y in
-units of the element's last place is shown. CUDA only.
+"""The outputs of this build (the kernels' settings in RMSNORM_KERNEL_DEFINES) on fixed inputs, forward (y,
+inv_rms) and backward (grad_x, grad_weight): saved to a file, or compared bit for bit with a file another build
+saved. Two settings that lay a row out alike must give the same y, inv_rms and grad_x (the row's sum is added in
+an order the layout fixes); grad_weight's bits also follow how many units the backward's grid has. Where they
+differ, the largest difference in units of the last place is shown. CUDA only.
 
     RMSNORM_KERNEL_DEFINES= python3 benchmarks/pending/same_bits.py save .build/base.pt
     RMSNORM_KERNEL_DEFINES=RMSNORM_FWD_GLOBAL_FROM=2048 python3 benchmarks/pending/same_bits.py compare .build/base.pt
@@ -23,7 +24,10 @@ CASES = [(dtype, n, rows) for dtype in (torch.bfloat16, torch.float32, torch.flo
 EPS = 1e-5
 
 
-def outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+NAMES = ("y", "inv_rms", "grad_x", "grad_weight")
+
+
+def outputs() -> dict[str, tuple[torch.Tensor, ...]]:
     from harness import ops
 
     ops.extension()
@@ -32,8 +36,10 @@ def outputs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         g = torch.Generator(device="cuda").manual_seed(n * 31 + rows)
         x = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
         w = (1 + 0.5 * torch.randn(n, device="cuda", generator=g)).to(dtype)
+        dy = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
         y, inv = torch.ops.rmsnorm.forward(x, w, EPS)
-        out[f"{str(dtype).removeprefix('torch.')} {rows} x {n}"] = (y.cpu(), inv.cpu())
+        gx, gw = torch.ops.rmsnorm.backward(dy, x, w, inv)
+        out[f"{str(dtype).removeprefix('torch.')} {rows} x {n}"] = tuple(t.cpu() for t in (y, inv, gx, gw))
     return out
 
 
@@ -41,6 +47,10 @@ def ulps(a: torch.Tensor, b: torch.Tensor) -> int:
     """The largest difference of a and b in units of the last place of their dtype (same-sign values)."""
     bits = {2: torch.int16, 4: torch.int32}[a.element_size()]
     return int((a.view(bits).to(torch.int64) - b.view(bits).to(torch.int64)).abs().max())
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 def main(argv=None) -> int:
@@ -56,15 +66,20 @@ def main(argv=None) -> int:
         print(f"same_bits: {len(mine)} cases saved to {args.file}")
         return 0
     theirs = torch.load(args.file)
-    differ = 0
-    for key, (y, inv) in mine.items():
-        ty, tinv = theirs[key]
-        same = torch.equal(y.view(torch.uint8), ty.view(torch.uint8)) and torch.equal(inv.view(torch.uint8),
-                                                                                     tinv.view(torch.uint8))
-        differ += not same
-        verdict = "same bits" if same else f"differ: y by up to {ulps(y, ty)} ulp, inv_rms by {ulps(inv, tinv)}"
-        print(f"| {key} | {verdict} |")
-    print(f"same_bits: {len(mine) - differ} of {len(mine)} cases bit for bit the same")
+    differ = {name: 0 for name in NAMES}
+    print("| case | " + " | ".join(NAMES) + " |")
+    print("|---|" + "---|" * len(NAMES))
+    for key, mine_t in mine.items():
+        cells = []
+        for name, a, b in zip(NAMES, mine_t, theirs[key]):
+            if same(a, b):
+                cells.append("same")
+            else:
+                differ[name] += 1
+                cells.append(f"{ulps(a, b)} ulp")
+        print(f"| {key} | " + " | ".join(cells) + " |")
+    print("same_bits: cases bit for bit the same, of " + str(len(mine)) + ": " +
+          ", ".join(f"{name} {len(mine) - d}" for name, d in differ.items()))
     return 0
 
 
