@@ -64,16 +64,17 @@ say "paths under globcap: $(tail -1 "$LOGS/paths-globcap.log")"
 
 # 3. Timed through the users' path: the forward at the lengths the settings move, the backward under the
 #    settings that reach it (the cluster placement policy, the global exchange).
+# Each under a deadline (a killed one leaves its variants' bench.json in the logs, but no table).
 if [ "$(left)" -gt 200 ]; then
-  python3 benchmarks/variants.py --no-decode --directions forward --n 16384,65536,262144 --out "$LOGS/fwd" \
-    "$BASE" "$LB" "$MID8" "$GLOB" "$GLOB4" >"$OUT/variants-forward.md" 2>"$LOGS/fwd.progress"
+  timeout $(($(left) - 110)) python3 benchmarks/variants.py --no-decode --directions forward --n 16384,65536,262144 \
+    --out "$LOGS/fwd" "$BASE" "$LB" "$MID8" "$GLOB" "$GLOB4" >"$OUT/variants-forward.md" 2>"$LOGS/fwd.progress"
   say "forward variants: exit $?"
 else
   say "forward variants: not run ($(left) s left)"
 fi
 if [ "$(left)" -gt 110 ]; then
-  python3 benchmarks/variants.py --no-decode --directions backward --n 65536,262144 --out "$LOGS/bwd" "$BASE" "$LB" \
-    "$GLOB" >"$OUT/variants-backward.md" 2>"$LOGS/bwd.progress"
+  timeout $(($(left) - 15)) python3 benchmarks/variants.py --no-decode --directions backward --n 65536,262144 \
+    --out "$LOGS/bwd" "$BASE" "$LB" "$GLOB" >"$OUT/variants-backward.md" 2>"$LOGS/bwd.progress"
   say "backward variants: exit $?"
 else
   say "backward variants: not run ($(left) s left)"
@@ -83,7 +84,8 @@ fi
 for v in "$GLOB" "$BASE" "$MID8" "$LB"; do
   for dtype in bfloat16 float32; do
     if [ "$(left)" -lt 45 ]; then say "profile ${v%%:*} $dtype: not run ($(left) s left)"; continue; fi
-    RMSNORM_KERNEL_DEFINES=$(defines "$v") timeout 60 python3 -m harness profile --shape 256x262144 --dtype "$dtype" \
+    limit=$(($(left) < 65 ? $(left) - 5 : 60))
+    RMSNORM_KERNEL_DEFINES=$(defines "$v") timeout $limit python3 -m harness profile --shape 256x262144 --dtype "$dtype" \
       --direction forward --out "$LOGS/profile-${v%%:*}-$dtype" >"$LOGS/profile-${v%%:*}-$dtype.log" 2>&1
     rc=$?
     { echo; echo "profile ${v%%:*} $dtype 256x262144 forward:"; cat "$LOGS/profile-${v%%:*}-$dtype.log"; } \
