@@ -85,8 +85,9 @@ for v in "$GLOB" "$BASE" "$MID8" "$LB"; do
   for dtype in bfloat16 float32; do
     if [ "$(left)" -lt 45 ]; then say "profile ${v%%:*} $dtype: not run ($(left) s left)"; continue; fi
     limit=$(($(left) < 65 ? $(left) - 5 : 60))
-    RMSNORM_KERNEL_DEFINES=$(defines "$v") timeout $limit python3 -m harness profile --shape 256x262144 --dtype "$dtype" \
-      --direction forward --out "$LOGS/profile-${v%%:*}-$dtype" >"$LOGS/profile-${v%%:*}-$dtype.log" 2>&1
+    RMSNORM_KERNEL_DEFINES=$(defines "$v") timeout $limit python3 -m harness profile --shape 256x262144 \
+      --dtype "$dtype" --direction forward --out "$LOGS/profile-${v%%:*}-$dtype" \
+      >"$LOGS/profile-${v%%:*}-$dtype.log" 2>&1
     rc=$?
     { echo; echo "profile ${v%%:*} $dtype 256x262144 forward:"; cat "$LOGS/profile-${v%%:*}-$dtype.log"; } \
       >>"$OUT/placement.md"
