@@ -25,6 +25,9 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 git apply --check benchmarks/pending/placement.patch 2>/dev/null && git apply benchmarks/pending/placement.patch ||
   patch -p1 --forward < benchmarks/pending/placement.patch || { say "placement.patch does not apply"; exit 2; }
+# (git apply skips, silently, the paths of a tree that lies inside another repository: the settings would then be
+# no-ops and every variant the defaults)
+grep -q RMSNORM_FWD_GLOBAL_FROM kernels/rmsnorm_plan.h || { say "placement.patch was not applied"; exit 2; }
 say "patch applied: $(git diff --stat 2>/dev/null | tail -1)"
 
 BASE="base:"
