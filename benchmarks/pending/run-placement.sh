@@ -2,9 +2,9 @@
 # One call on one H200 (at most BUDGET_S, 570 s): the placement experiment of benchmarks/pending/README.md.
 # Applies placement.patch to this copy of the tree, builds the variants side by side, checks them (their outputs'
 # bits against the defaults', the CUDA path tests under the global exchange), times them through the users' path,
-# then profiles the 262,144 forwards under Nsight Compute while time is left. Everything lands in $OUT (the
-# tables) and $OUT/placement-logs.tgz; each step says how long it took, and a step that would not fit is named as
-# not run.
+# runs compute-sanitizer's four tools on the path cases that take the global kernels, then profiles the 262,144
+# forwards under Nsight Compute while time is left. Everything lands in $OUT (the tables) and
+# $OUT/placement-logs.tgz; each step says how long it took, and a step that would not fit is named as not run.
 #
 #   OUT=/tmp/placement bash benchmarks/pending/run-placement.sh
 set -uo pipefail
@@ -39,7 +39,11 @@ GLOB4="glob4:RMSNORM_FWD_GLOBAL_FROM=2048,RMSNORM_FWD_GLOBAL_VPT=4"
 GLOBCAP="globcap:RMSNORM_FWD_GLOBAL_FROM=2048,RMSNORM_BWD_GLOBAL=1,RMSNORM_FWD_MAX_CTAS=256"
 defines() { echo "${1#*:}"; }
 
-# 1. Every variant built side by side (variants.py builds them all before it times any).
+# 1. Every variant built side by side (variants.py builds them all before it times any), and beside them glob as
+#    the sanitizer builds it (-lineinfo), for step 4.
+RMSNORM_LINEINFO=1 RMSNORM_KERNEL_DEFINES=$(defines "$GLOB") python3 -m harness build --target project --device cuda \
+  >"$LOGS/build-sanitize.log" 2>&1 &
+SAN_BUILD=$!
 python3 - "$BASE" "$LB" "$MID8" "$GLOB" "$GLOB4" "$GLOBCAP" <<'PY' >"$LOGS/build.log" 2>&1
 import sys
 sys.path.insert(0, "benchmarks")
@@ -68,22 +72,42 @@ say "paths under globcap: $(tail -1 "$LOGS/paths-globcap.log")"
 # 3. Timed through the users' path: the forward at the lengths the settings move, the backward under the
 #    settings that reach it (the cluster placement policy, the global exchange).
 # Each under a deadline (a killed one leaves its variants' bench.json in the logs, but no table).
-if [ "$(left)" -gt 200 ]; then
-  timeout $(($(left) - 110)) python3 benchmarks/variants.py --no-decode --directions forward --n 16384,65536,262144 \
+# The forward may run until 200 s are left, the backward until 130 s (the sanitizer's step needs about 120 s).
+if [ "$(left)" -gt 260 ]; then
+  timeout $(($(left) - 200)) python3 benchmarks/variants.py --no-decode --directions forward --n 16384,65536,262144 \
     --out "$LOGS/fwd" "$BASE" "$LB" "$MID8" "$GLOB" "$GLOB4" >"$OUT/variants-forward.md" 2>"$LOGS/fwd.progress"
   say "forward variants: exit $?"
 else
   say "forward variants: not run ($(left) s left)"
 fi
-if [ "$(left)" -gt 110 ]; then
-  timeout $(($(left) - 15)) python3 benchmarks/variants.py --no-decode --directions backward --n 65536,262144 \
+if [ "$(left)" -gt 170 ]; then
+  timeout $(($(left) - 130)) python3 benchmarks/variants.py --no-decode --directions backward --n 65536,262144 \
     --out "$LOGS/bwd" "$BASE" "$LB" "$GLOB" >"$OUT/variants-backward.md" 2>"$LOGS/bwd.progress"
   say "backward variants: exit $?"
 else
   say "backward variants: not run ($(left) s left)"
 fi
 
-# 4. Nsight Compute on the 262,144 forwards (where the clusters' placement was measured), as time allows.
+# 4. compute-sanitizer (memcheck, racecheck, initcheck, synccheck side by side) on the path cases of
+#    harness/sanitize.py that glob sends to the global kernels: forward rows of 2, 3, 16 and 32 CTAs, backward
+#    units of 2, 4 and 16 CTAs over 1 to 140 rows (9: bfloat16 262,144; 14: float32 262,144; 16 and 17: 140 and
+#    70 rows of uneven slabs; 19: float32 131,072). glob ships only once the lane's sanitize step passes with it;
+#    this says whether a tool hangs a grid whose CTAs wait on each other (the step is cut at its deadline if so).
+wait "$SAN_BUILD"
+say "sanitizer's build of glob: exit $?"
+if [ "$(left)" -gt 100 ]; then
+  RMSNORM_KERNEL_DEFINES=$(defines "$GLOB") timeout $(($(left) < 180 ? $(left) - 20 : 160)) \
+    python3 -m harness sanitize --paths 9,14,16,17,19 >"$LOGS/sanitize-glob.log" 2>&1
+  rc=$?
+  { echo; echo "compute-sanitizer on glob (path cases 9,14,16,17,19), exit $rc:"
+    grep -E '^(memcheck|racecheck|initcheck|synccheck) |^rmsnorm sanitize' "$LOGS/sanitize-glob.log"
+  } >>"$OUT/placement.md"
+  say "sanitizer on glob: exit $rc$([ "$rc" = 124 ] && echo ' (cut at its deadline: a tool hung or ran long)')"
+else
+  say "sanitizer on glob: not run ($(left) s left)"
+fi
+
+# 5. Nsight Compute on the 262,144 forwards (where the clusters' placement was measured), as time allows.
 for v in "$GLOB" "$BASE" "$MID8" "$LB"; do
   for dtype in bfloat16 float32; do
     if [ "$(left)" -lt 45 ]; then say "profile ${v%%:*} $dtype: not run ($(left) s left)"; continue; fi
