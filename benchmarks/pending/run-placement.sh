@@ -35,9 +35,9 @@ LB="lb:RMSNORM_CLUSTER_POLICY=2"
 MID8="mid8:RMSNORM_FWD_STAGED_MID_CLUSTER=8"
 GLOB="glob:RMSNORM_FWD_GLOBAL_FROM=2048,RMSNORM_BWD_GLOBAL=1"
 GLOB4="glob4:RMSNORM_FWD_GLOBAL_FROM=2048,RMSNORM_FWD_GLOBAL_VPT=4"
-# glob with the forward's grid capped at 256 CTAs: the path tests reach every forward kernel's later rows
-GLOBCAP="globcap:RMSNORM_FWD_GLOBAL_FROM=2048,RMSNORM_BWD_GLOBAL=1,RMSNORM_FWD_MAX_CTAS=256"
 defines() { echo "${1#*:}"; }
+# glob with the forward's grid capped at 256 CTAs: the path tests reach every forward kernel's later rows
+GLOBCAP="globcap:$(defines "$GLOB"),RMSNORM_FWD_MAX_CTAS=256"
 
 # 1. Every variant built side by side (variants.py builds them all before it times any), and beside them glob as
 #    the sanitizer builds it (-lineinfo), for step 4.
