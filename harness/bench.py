@@ -397,11 +397,12 @@ def check(calls: Calls, x, ref) -> str:
 
 class Progress:
     def __init__(self, total: int) -> None:
-        self.total, self.done, self.t0 = total, 0, time.monotonic()
+        self.total, self.done, self.t0, self.current = total, 0, time.monotonic(), "before the first step"
         self.tty = sys.stderr.isatty()
 
     def step(self, what: str) -> None:
         self.done += 1
+        self.current = what
         line = f"bench [{self.done}/{self.total}] {time.monotonic() - self.t0:5.0f} s  {what}"
         print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
 
@@ -417,12 +418,27 @@ def why_failed(e: Exception) -> str:
 
 
 def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, decode: bool,
-        directions: tuple[str, ...] = ("forward", "backward")) -> tuple[list[Result], float]:
+        directions: tuple[str, ...] = ("forward", "backward")) -> tuple[list[Result], float, str]:
+    """Time every implementation at every shape: (the results, the copy ceiling, '' or how the run was stopped).
+    Stopped by Ctrl-C or SIGTERM (a deadline's `timeout`), it returns the results of the steps that finished and
+    a line that says where it stopped, so that the caller saves them: a long run loses only the step it was in."""
     results: list[Result] = []
     ceiling = copy_ceiling_gbps()
     users = [i for i in impls if i.path == USERS]
     steps = len(dtypes) * len(ns) * len(impls) + (len(DECODE_MS) * len(DECODE_NS) * len(users) if decode else 0)
     prog = Progress(steps)
+    try:
+        _run_steps(impls, users, dtypes, ns, elements, decode, directions, results, prog)
+    except KeyboardInterrupt:
+        prog.close()
+        return results, ceiling, (f"stopped by an interrupt in step {prog.done} of {steps} ({prog.current}); "
+                                  f"the tables hold the {prog.done - 1} steps before it")
+    prog.close()
+    return results, ceiling, ""
+
+
+def _run_steps(impls: list[Impl], users: list[Impl], dtypes: list[str], ns: list[int], elements: int, decode: bool,
+               directions: tuple[str, ...], results: list[Result], prog: Progress) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dname in dtypes:
         dtype = DTYPES[dname]
@@ -474,8 +490,6 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
                     except Exception as e:
                         r.error = why_failed(e)
                     results.append(r)
-    prog.close()
-    return results, ceiling
 
 
 # ---- reports -----------------------------------------------------------------------------------
@@ -492,10 +506,13 @@ def _is_peer(name: str) -> bool:
     return name in PEERS
 
 
-def markdown(results: list[Result], ceiling: float, header: str, not_run: list[str] | tuple[str, ...] = ()) -> str:
+def markdown(results: list[Result], ceiling: float, header: str, not_run: list[str] | tuple[str, ...] = (),
+             stopped: str = "") -> str:
     out = [header, "", f"Copy ceiling measured in this run: {ceiling:.0f} GB/s. Cells: GB/s (fraction of the ceiling); "
            "'vs best peer': the first implementation's GB/s over the best peer's of the same table at that shape; "
            "'of its operator': the users' path over the raw operator's GB/s, for the first implementation.", ""]
+    if stopped:  # a run cut short: its tables are partial, and say so first
+        out += [f"**Not complete:** {stopped}.", ""]
     if not_run:  # peers asked for that could not run here: said, not silently left out of the tables
         out += ["Peers not run: " + "; ".join(not_run) + ".", ""]
     by = {(r.path, r.impl, r.dtype, r.n, r.direction): r for r in results}
@@ -605,7 +622,7 @@ def save(results: list[Result], ceiling: float, meta: dict, out_dir: Path) -> tu
     data = {"meta": {**meta, "copy_gbps": ceiling}, "results": [r.__dict__ for r in results]}
     (out_dir / "bench.json").write_text(json.dumps(data, indent=1))
     title = f"## RMSNorm speed: {meta.get('device', '?')}, {meta.get('when', '')}, commit {meta.get('commit', '?')}"
-    md = markdown(results, ceiling, title, meta.get("not_run", []))
+    md = markdown(results, ceiling, title, meta.get("not_run", []), meta.get("stopped", ""))
     (out_dir / "bench.md").write_text(md + "\n")
     return out_dir / "bench.md", plot(results, ceiling, out_dir / "bench.png")
 

@@ -4,6 +4,7 @@ both commands give on a machine without a GPU."""
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -74,6 +75,33 @@ def test_saved_json_reloads_and_replots(tmp_path):
     results, ceiling, meta = bench.load_json(tmp_path / "bench.json")
     assert ceiling == 4200.0 and meta["commit"] == "abc" and len(results) == len(_results())
     assert "commit abc" in md_path.read_text()
+
+
+def test_a_run_stopped_by_an_interrupt_keeps_the_steps_that_finished(monkeypatch, tmp_path):
+    # What a deadline's SIGTERM or Ctrl-C does mid-run (the command line turns SIGTERM into the same
+    # KeyboardInterrupt): the finished steps come back with a line that says where the run stopped, and the
+    # saved report says first that it is not complete.
+    finished = _results()[:4]
+
+    def two_steps_then_interrupted(impls, users, dtypes, ns, elements, decode, directions, results, prog):
+        for r in finished:
+            prog.step(f"{r.dtype} {r.m}x{r.n} {r.impl} ({r.path})")
+            results.append(r)
+        prog.step("bfloat16 256x262144 project (users)")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "copy_ceiling_gbps", lambda: 4200.0)
+    monkeypatch.setattr(bench, "_run_steps", two_steps_then_interrupted)
+    impls = [SimpleNamespace(name=name, path=bench.USERS) for name in ("project", "torch", "liger")]
+    results, ceiling, stopped = bench.run(impls, ["bfloat16"], [4096, 262144], 2 ** 26, decode=False)
+    assert results == finished and ceiling == 4200.0
+    assert stopped == ("stopped by an interrupt in step 5 of 6 (bfloat16 256x262144 project (users)); "
+                       "the tables hold the 4 steps before it"), stopped
+    md_path, _ = bench.save(results, ceiling, {"commit": "abc", "stopped": stopped}, tmp_path)
+    md = md_path.read_text()
+    assert md.index("**Not complete:** stopped by an interrupt in step 5") < md.index("## Through the users' path")
+    assert "3800 (0.90)" in md
+    assert "Not complete" not in bench.markdown(results, ceiling, "## whole run")
 
 
 def test_profile_summary_of_a_recorded_ncu_run():
