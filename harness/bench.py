@@ -432,7 +432,7 @@ def run(impls: list[Impl], dtypes: list[str], ns: list[int], elements: int, deco
     except KeyboardInterrupt:
         prog.close()
         return results, ceiling, (f"stopped by an interrupt in step {prog.done} of {steps} ({prog.current}); "
-                                  f"the tables hold the {prog.done - 1} steps before it")
+                                  f"the tables hold the {len(results)} timings that finished before it")
     prog.close()
     return results, ceiling, ""
 

@@ -96,7 +96,7 @@ def test_a_run_stopped_by_an_interrupt_keeps_the_steps_that_finished(monkeypatch
     results, ceiling, stopped = bench.run(impls, ["bfloat16"], [4096, 262144], 2 ** 26, decode=False)
     assert results == finished and ceiling == 4200.0
     assert stopped == ("stopped by an interrupt in step 5 of 6 (bfloat16 256x262144 project (users)); "
-                       "the tables hold the 4 steps before it"), stopped
+                       "the tables hold the 4 timings that finished before it"), stopped
     md_path, _ = bench.save(results, ceiling, {"commit": "abc", "stopped": stopped}, tmp_path)
     md = md_path.read_text()
     assert md.index("**Not complete:** stopped by an interrupt in step 5") < md.index("## Through the users' path")
