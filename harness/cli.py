@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -431,7 +430,7 @@ def _csv(value: str, what: str, allowed=None, conv=str) -> list:
 
 
 def cmd_bench(args) -> int:
-    from . import bench
+    from . import bench, interrupts
 
     if args.plot:
         results, ceiling, meta = bench.load_json(Path(args.plot))
@@ -454,20 +453,12 @@ def cmd_bench(args) -> int:
         print(f"bench: not run: {line}", file=sys.stderr)
     directions = tuple(_csv(args.directions, "--directions", ("forward", "backward")))
     # SIGTERM (a deadline's `timeout`) stops the run as Ctrl-C does, at once: the steps that finished are saved.
-    # (The bench runs no Hypothesis, whose garbage-collector callback would swallow an exception raised there.)
-    got = []
-
-    def stop(signum, frame):
-        got.append(signum)
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = interrupts.install(at_once=True)
     try:
         results, ceiling, stopped = bench.run(impls, dtypes, ns, args.elements, decode=not args.no_decode,
                                               directions=directions)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        interrupts.restore(previous)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit(),
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elements": args.elements,
             "not_run": skipped, "stopped": stopped}
@@ -475,8 +466,8 @@ def cmd_bench(args) -> int:
     print(md_path.read_text())
     print(f"bench: {md_path}, {md_path.with_suffix('.json')}; {plot_line}")
     if stopped:
-        print(f"bench: {stopped} ({signal.Signals(got[-1]).name if got else 'SIGINT'})", file=sys.stderr)
-        return EXIT_TERMINATED if got and got[-1] == signal.SIGTERM else EXIT_INTERRUPTED
+        print(f"bench: {stopped} ({interrupts.signal_name()})", file=sys.stderr)
+        return interrupts.exit_code()
     return 0
 
 

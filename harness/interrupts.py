@@ -51,11 +51,26 @@ def _on_signal(signum, frame) -> None:
                 pass
 
 
-def install() -> None:
-    """Take Ctrl-C and SIGTERM over for this process (the main thread only)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _on_signal)
-        signal.signal(signal.SIGTERM, _on_signal)
+def _on_signal_at_once(signum, frame) -> None:
+    _on_signal(signum, frame)
+    _REQUESTED.clear()
+    raise KeyboardInterrupt
+
+
+def install(at_once: bool = False) -> dict:
+    """Take Ctrl-C and SIGTERM over for this process (the main thread only); return the handlers replaced, for
+    restore(). at_once: stop where the main thread is (KeyboardInterrupt), not at the next check(), for runs that
+    have no safe points and run no Hypothesis (the bench, a deadline's SIGTERM mid-step)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handler = _on_signal_at_once if at_once else _on_signal
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def restore(previous: dict) -> None:
+    """Put back the handlers install() replaced."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)
 
 
 def requested() -> bool:
