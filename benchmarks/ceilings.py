@@ -52,10 +52,8 @@ def _read_flush_ms(fn, reps: int = 50) -> float:
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """(fixed us, rate GB/s) of t = fixed + bytes / rate, the least-squares line through (bytes, ms) points."""
-    mb = sum(b for b, _ in points) / len(points)
-    mt = sum(t for _, t in points) / len(points)
-    slope = sum((b - mb) * (t - mt) for b, t in points) / sum((b - mb) ** 2 for b, _ in points)  # ms a byte
-    return (mt - slope * mb) * 1e3, 1 / (slope * 1e-3) / 1e9
+    slope, intercept = statistics.linear_regression([b for b, _ in points], [t for _, t in points])  # ms a byte, ms
+    return intercept * 1e3, 1 / (slope * 1e-3) / 1e9
 
 
 def _span_ms(fn, flush, reps: int = 20) -> float:
