@@ -42,6 +42,13 @@ PATTERNS = (
     "nonfinite",  # a few inf, -inf and NaN
 )
 
+# Layouts of the weight: a slice of a larger buffer (a fused parameter, a view taken by a caller).
+WEIGHT_LAYOUTS = (
+    "contiguous",
+    "offset",  # weight = storage[1:]: one element off alignment
+    "col_step",  # weight = storage[::2]: a stride of 2 elements
+)
+
 GAP_FILL = float("nan")  # storage between a strided tensor's elements: read it and it shows
 
 WEIGHT_PATTERNS = (
@@ -69,6 +76,7 @@ class Case:
     weight_pattern: str = "normal"
     seed: int = 0
     grad_pattern: str = "normal"
+    weight_layout: str = "contiguous"
 
     def __post_init__(self):
         if not isinstance(self.shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in self.shape):
@@ -80,9 +88,13 @@ class Case:
         for name, value, allowed in (("layout", self.layout, LAYOUTS), ("grad_layout", self.grad_layout, LAYOUTS),
                                      ("pattern", self.pattern, PATTERNS),
                                      ("weight_pattern", self.weight_pattern, WEIGHT_PATTERNS),
-                                     ("grad_pattern", self.grad_pattern, GRAD_PATTERNS)):
+                                     ("grad_pattern", self.grad_pattern, GRAD_PATTERNS),
+                                     ("weight_layout", self.weight_layout, WEIGHT_LAYOUTS)):
             if value not in allowed:
                 raise ValueError(f"Case.{name}: expected one of {allowed}, but got {value!r}")
+        if self.weight_layout != "contiguous" and not layout_possible(self.weight_layout, (self.n,)):
+            raise ValueError(f"Case.weight_layout: {self.weight_layout!r} cannot make a weight of {self.n} element(s) "
+                             f"non-contiguous; expected 'contiguous' for it")
 
     # -- geometry -------------------------------------------------------------------------
     @property
@@ -111,6 +123,7 @@ class Case:
             "dtype": self.dtype,
             "weight": "float32" if self.weight_dtype != self.dtype else "same",
             "layout": self.layout,
+            "weight_layout": self.weight_layout,
             "rank": str(len(self.shape)),
             "rows": "0" if self.rows == 0 else ("1" if self.rows == 1 else (">65535" if self.rows > 65535 else "2..65535")),
             "pattern": self.pattern,
@@ -121,8 +134,9 @@ class Case:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["shape"] = list(self.shape)
-        if d["grad_pattern"] == "normal":  # as before the field existed: saved cases keep their names
-            del d["grad_pattern"]
+        for name, default in (("grad_pattern", "normal"), ("weight_layout", "contiguous")):
+            if d[name] == default:  # as before the field existed: saved cases keep their names
+                del d[name]
         return d
 
     @classmethod
@@ -140,9 +154,10 @@ class Case:
 
     def short(self) -> str:
         grad = f" grad={self.grad_pattern}" if self.grad_pattern != "normal" else ""
+        wl = f" weight_layout={self.weight_layout}" if self.weight_layout != "contiguous" else ""
         return (f"shape={list(self.shape)} {self.dtype}/w:{self.weight_dtype} eps={self.eps:g} "
                 f"layout={self.layout} grad_layout={self.grad_layout} pattern={self.pattern} "
-                f"weight={self.weight_pattern}{grad} seed={self.seed}")
+                f"weight={self.weight_pattern}{grad}{wl} seed={self.seed}")
 
 
 def layout_possible(layout: str, shape: tuple[int, ...]) -> bool:
@@ -307,4 +322,4 @@ def materialize(case: Case, device) -> Tensors:
             gv = gv.reshape(-1, case.n)[:1].expand(case.rows, case.n).reshape(case.shape)
         return place(gv, case.grad_layout, device, gen)
 
-    return Tensors(x, w.to(device), draw_grad_out)
+    return Tensors(x, place(w, case.weight_layout, device, gen), draw_grad_out)

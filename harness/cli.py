@@ -28,6 +28,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--dtypes", default=None, help="comma-separated: float32,float64,float16,bfloat16")
     c.add_argument("--weight-dtypes", default=None, help="comma-separated: same (x's dtype), float32")
     c.add_argument("--layouts", default=None, help="comma-separated layouts of x and grad_out (harness.cases.LAYOUTS)")
+    c.add_argument("--weight-layouts", default=None,
+                   help="comma-separated layouts of the weight: contiguous, offset, col_step (not given: all drawn, "
+                        "and a weight that is not contiguous may be refused)")
     c.add_argument("--max-n", type=int, default=None, help="the largest N (last dimension) supported")
     c.add_argument("--max-row-bytes", type=int, default=None, metavar="B",
                    help="the longest row supported, in bytes of x (N * element size): one-block kernels")
@@ -59,7 +62,7 @@ def _apply_env(args) -> None:
     from .contract import ENV, from_args
 
     declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows,
-                         args.n_multiple_of, args.max_row_bytes)
+                         args.n_multiple_of, args.max_row_bytes, args.weight_layouts)
     if declared is not None:
         import json
 

@@ -9,6 +9,12 @@ and the environment win. The gate then draws only inside the contract and holds 
 it: a refusal of an input inside a declared contract is a failure. Without a declaration every
 input is drawn, refusals are allowed, and drawing steers away from what the target has refused
 every time so far (harness.session.steer).
+
+The weight's layout (a slice of a larger buffer: one element off alignment, or every other element)
+is declared apart, as ``weight_layouts``. Where a contract does not name them, every weight layout
+is still drawn and a wrong answer on one still fails, but refusing a weight that is not contiguous
+is allowed, whatever else is declared: many extensions ask for a contiguous weight, and a contract
+written before the key existed must not start failing on it.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ import json
 import os
 from dataclasses import dataclass
 
-from .cases import DTYPES, LAYOUTS, Case
+from .cases import DTYPES, LAYOUTS, WEIGHT_LAYOUTS, Case
 
 WEIGHT_CHOICES = ("same", "float32")  # the weight in x's dtype, or float32
-KEYS = ("dtypes", "weight_dtypes", "layouts", "max_n", "max_row_bytes", "n_multiple_of", "zero_rows")
+KEYS = ("dtypes", "weight_dtypes", "layouts", "weight_layouts", "max_n", "max_row_bytes", "n_multiple_of",
+        "zero_rows")
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}  # bytes of an element of x
 
 
@@ -34,10 +41,22 @@ class Contract:
     n_multiple_of: int = 1  # N a multiple of this (kernels that need aligned rows)
     zero_rows: bool = True
     source: str = ""  # where it was declared; "" when nothing was
+    # The weight layouts declared (every one drawn and held to), or None: not declared, every one drawn,
+    # and a refusal of a weight that is not contiguous allowed (weight_layout_refusable).
+    weight_layouts: tuple[str, ...] | None = None
 
     @property
     def declared(self) -> bool:
         return bool(self.source)
+
+    @property
+    def drawn_weight_layouts(self) -> tuple[str, ...]:
+        return WEIGHT_LAYOUTS if self.weight_layouts is None else self.weight_layouts
+
+    def weight_layout_refusable(self, case: Case) -> bool:
+        """Whether refusing case is allowed for its weight alone: a weight that is not contiguous,
+        where the contract does not name weight layouts."""
+        return self.weight_layouts is None and case.weight_layout != "contiguous"
 
     @classmethod
     def from_dict(cls, d: dict, source: str) -> "Contract":
@@ -70,16 +89,24 @@ class Contract:
         if row_bytes is not None and row_bytes < min(ITEMSIZE[t] for t in dtypes) * multiple:
             raise ValueError(f"contract ({source}): max_row_bytes {row_bytes} admits no row of the declared dtypes "
                              f"{list(dtypes)} (N a multiple of {multiple})")
+        weight_layouts = choice("weight_layouts", WEIGHT_LAYOUTS) if "weight_layouts" in d else None
+        if weight_layouts is not None and "contiguous" not in weight_layouts:
+            raise ValueError(f"contract ({source}): expected weight_layouts to include 'contiguous' (the weight "
+                             f"every caller passes), but got {list(weight_layouts)}")
         zero = d.get("zero_rows", True)
         if not isinstance(zero, bool):
             raise ValueError(f"contract ({source}): expected zero_rows to be true or false, but got {zero!r}")
         return cls(dtypes=dtypes, weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
-                   layouts=choice("layouts", LAYOUTS), max_n=max_n, max_row_bytes=row_bytes, n_multiple_of=multiple,
+                   layouts=choice("layouts", LAYOUTS),
+                   weight_layouts=weight_layouts,
+                   max_n=max_n, max_row_bytes=row_bytes, n_multiple_of=multiple,
                    zero_rows=zero, source=source)
 
     def to_dict(self) -> dict:
         return {"dtypes": list(self.dtypes), "weight_dtypes": list(self.weight_dtypes),
-                "layouts": list(self.layouts), "max_n": self.max_n, "max_row_bytes": self.max_row_bytes,
+                "layouts": list(self.layouts),
+                **({} if self.weight_layouts is None else {"weight_layouts": list(self.weight_layouts)}),
+                "max_n": self.max_n, "max_row_bytes": self.max_row_bytes,
                 "n_multiple_of": self.n_multiple_of,
                 "zero_rows": self.zero_rows}
 
@@ -98,6 +125,7 @@ class Contract:
                      or ("float32" in self.weight_dtypes and case.weight_dtype == "float32"))
         return (case.dtype in self.dtypes and weight_ok
                 and case.layout in self.layouts and case.grad_layout in self.layouts
+                and case.weight_layout in self.drawn_weight_layouts
                 and (self.max_n is None or case.n <= self.max_n) and case.n % self.n_multiple_of == 0
                 and case.n <= self.max_n_for(case.dtype)
                 and (self.zero_rows or case.rows > 0))
@@ -115,6 +143,8 @@ class Contract:
         parts = [f"dtypes {','.join(self.dtypes)}", f"weight {','.join(self.weight_dtypes)}"]
         if tuple(self.layouts) != LAYOUTS:
             parts.append(f"layouts {','.join(self.layouts)}")
+        if self.weight_layouts is not None:
+            parts.append(f"weight layouts {','.join(self.weight_layouts)}")
         if self.max_n is not None:
             parts.append(f"N <= {self.max_n}")
         if self.max_row_bytes is not None:
@@ -124,7 +154,9 @@ class Contract:
             parts.append(f"N a multiple of {self.n_multiple_of}")
         if not self.zero_rows:
             parts.append("no zero rows")
-        return f"contract ({self.source}): " + "; ".join(parts) + " (drawn only inside it; a refusal inside it fails)"
+        refusals = ("a refusal inside it fails" if self.weight_layouts is not None else
+                    "a refusal inside it fails, except of a weight that is not contiguous: no weight layouts declared")
+        return f"contract ({self.source}): " + "; ".join(parts) + f" (drawn only inside it; {refusals})"
 
 
 ENV = "RMSNORM_CONTRACT"
@@ -159,10 +191,12 @@ def of_target(module, spec: str) -> Contract:
 
 
 def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
-              no_zero_rows: bool, n_multiple_of: int | None = None, max_row_bytes: int | None = None) -> dict | None:
+              no_zero_rows: bool, n_multiple_of: int | None = None, max_row_bytes: int | None = None,
+              weight_layouts: str | None = None) -> dict | None:
     """A declaration from command-line options, or None when none was given."""
     d: dict = {}
-    for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts)):
+    for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts),
+                     ("weight_layouts", weight_layouts)):
         if val:
             d[key] = [v for v in val.split(",") if v]
     if max_n is not None:

@@ -352,7 +352,13 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
     refusals = _state.explain_refusals(t)
     if refusals:
         n = len(t.refusals)
-        lines.append(f"refused by the target ({n} case(s); allowed without a declared contract, but not checked):")
+        try:
+            declared = _state.contract().declared
+        except Exception:  # noqa: BLE001 - the target did not load
+            declared = False
+        allowed = ("allowed for a weight that is not contiguous where the contract names no weight layouts"
+                   if declared else "allowed without a declared contract")
+        lines.append(f"refused by the target ({n} case(s); {allowed}, but not checked):")
         lines += refusals
     unchecked = never_checked(t)
     if unchecked:

@@ -401,14 +401,19 @@ def steer(case: Case) -> bool:
     """Without a declared contract: whether to keep a drawn case. A category value that explains
     a kind of refusal (refusal_causes: every such case refused, 3 or more, none accepted) is drawn
     only 1 time in 32, so that drawing goes where the target accepts and what it refuses is still
-    watched. Values merely shared with refused cases (their layout, their rank) are not avoided."""
-    if contract().declared:
+    watched. Values merely shared with refused cases (their layout, their rank) are not avoided.
+    Inside a declared contract that does not name weight layouts, the same for the weight layouts
+    refused (the one refusal such a contract allows)."""
+    c = contract()
+    if c.declared and c.weight_layouts is not None:
         return True
     key = (id(TALLY), len(TALLY.refusals), len(TALLY.accepted))
     if _STEER_CACHE["key"] != key:
         _STEER_CACHE["avoid"] = {cv for _, k, cvs, _ in refusal_causes(TALLY) if k >= 3 for cv in cvs}
         _STEER_CACHE["key"] = key
     avoid = _STEER_CACHE["avoid"]
+    if c.declared:  # only a weight layout may be refused inside a declared contract that does not name them
+        avoid = {cv for cv in avoid if cv.startswith("weight_layout ") and cv != "weight_layout contiguous"}
     if not avoid or not any(f"{cat} {val}" in avoid for cat, val in case.categories().items()):
         return True
     import zlib
@@ -459,7 +464,9 @@ def check(law: str, case: Case) -> Verdict:
     if v.status == "cut_short":
         TALLY.cut_short[law] += 1
         _skip(law, f"cut short by the wall-time budget (--budget) with a case still running: {case.short()}")
-    if v.status == "rejected" and c.declared:  # every law draws inside a declared contract, gradcheck too
+    if v.status == "rejected" and c.declared and not c.weight_layout_refusable(case):
+        # Every law draws inside a declared contract, gradcheck too; a weight that is not contiguous may
+        # be refused where the contract does not name weight layouts (harness.contract).
         v = Verdict("fail", f"{v.message}\n  (refused an input inside the target's {c.describe().split(' (drawn')[0]})"
                             f"\n  case: {case.short()}", v.facts, v.seconds)
     TALLY.add(law, case, v)

@@ -19,6 +19,7 @@ _FACETS = (  # (label, the facet of a case) for the facets compared as they are
     ("weight", lambda c: c.weight_dtype if c.weight_dtype != c.dtype else "same as x"),
     ("layout", lambda c: c.layout),
     ("grad_out layout", lambda c: c.grad_layout),
+    ("weight layout", lambda c: c.weight_layout),
     ("values", lambda c: c.pattern),
     ("eps", lambda c: f"{c.eps:g}"),
     ("rows", lambda c: "none" if c.rows == 0 else ("one" if c.rows == 1 else "several")),

@@ -12,7 +12,8 @@ import math
 from hypothesis import assume, strategies as st
 
 from harness import session
-from harness.cases import DTYPES, GRAD_PATTERNS, LAYOUTS, PATTERNS, WEIGHT_PATTERNS, Case, layout_possible
+from harness.cases import (DTYPES, GRAD_PATTERNS, LAYOUTS, PATTERNS, WEIGHT_LAYOUTS, WEIGHT_PATTERNS, Case,
+                           layout_possible)
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
 EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
@@ -168,6 +169,7 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         weight_pattern=_weight_pattern(weight_patterns, seed),
         seed=seed,
         grad_pattern=_grad_pattern(seed),
+        weight_layout=_weight_layout(seed, shape[-1], c.drawn_weight_layouts),
     )
     if session.compiles() and not new_signature:
         case = _reused_signature(case, pick, dtypes, layouts, grad_layouts, eps, shape_kw, c)
@@ -202,8 +204,9 @@ def _reused_signature(case: Case, pick: int, dtypes, layouts, grad_layouts, eps,
     if not fits:
         return case
     shape, dtype, wdt, layout, grad_layout, e = fits[pick % len(fits)]
+    wl = case.weight_layout if layout_possible(case.weight_layout, shape[-1:]) else "contiguous"
     return dataclasses.replace(case, shape=shape, dtype=dtype, weight_dtype=wdt, eps=e, layout=layout,
-                               grad_layout=grad_layout)
+                               grad_layout=grad_layout, weight_layout=wl)
 
 
 # N % 16: a vector of 2, 4, 8 or 16 elements short by one, or one element past a vector of 8 or 16
@@ -230,6 +233,16 @@ def _weight_pattern(weight_patterns, seed: int) -> str:
     if "pow2" in weight_patterns and seed % 8 == 3:
         return "pow2"
     return next(w for w in weight_patterns if w not in ("ones", "pow2"))
+
+
+def _weight_layout(seed: int, n: int, allowed) -> str:
+    """By the seed, hashed apart from the other choices it makes: a weight one element off
+    alignment 1 case in 8, one with a stride of 2 elements 1 in 8 (where N and the contract allow
+    them), else contiguous; seed 0 keeps it contiguous. A kernel that reads the weight as
+    contiguous, or loads it in vectors it assumes aligned, computes with the gaps (NaN) or
+    faults."""
+    pick = {3: "offset", 5: "col_step"}.get(((seed * 2246822519) % (1 << 32)) >> 8 & 7, "contiguous")
+    return pick if pick in allowed and layout_possible(pick, (n,)) else "contiguous"
 
 
 def _grad_pattern(seed: int) -> str:

@@ -64,24 +64,26 @@ def rows_independent(target: Target, case: Case):
 
 @law()
 def strided_equals_contiguous(target: Target, case: Case):
-    """A strided or misaligned input gives the result of its contiguous copy."""
-    if case.layout == "contiguous" and case.grad_layout == "contiguous":
+    """A strided or misaligned input (x, grad_out or the weight) gives the result of its contiguous copy."""
+    if case.layout == "contiguous" and case.grad_layout == "contiguous" and case.weight_layout == "contiguous":
         raise NotApplicable("strided_equals_contiguous needs a non-contiguous layout")
     t = materialize(case, target.device)
     xc = t.x.contiguous()
+    wc = t.weight.clone(memory_format=torch.contiguous_format)  # a fresh block: aligned, unit stride
+    what = f"the {case.layout} x" + (f" and {case.weight_layout} weight" if case.weight_layout != "contiguous" else "")
     y1, inv1 = target.forward(t.x, t.weight, case.eps)
-    y2, inv2 = target.forward(xc, t.weight, case.eps)
-    exp = judge.expect_forward(xc, t.weight, case.eps)
+    y2, inv2 = target.forward(xc, wc, case.eps)
+    exp = judge.expect_forward(xc, wc, case.eps)
     ok = judge.row_mask(exp.stats.verifiable, xc.shape)
-    msgs = [judge.compare(f"y of the {case.layout} x vs its contiguous copy", y1, y2.to(torch.float64),
+    msgs = [judge.compare(f"y of {what} vs their contiguous copies", y1, y2.to(torch.float64),
                           2 * exp.bound_y, check=ok)]
     if target.has_backward:
         inv_a = inv_for_backward(t.x, case.eps, inv1)
         inv_b = inv_for_backward(xc, case.eps, inv2)
         g1, w1 = target.backward(t.grad_out, t.x, t.weight, inv_a)
-        g2, w2 = target.backward(t.grad_out.contiguous(), xc, t.weight, inv_b)
-        bexp = judge.expect_backward(t.grad_out, xc, t.weight, case.eps)
-        msgs.append(judge.compare(f"grad_x ({case.layout} x, {case.grad_layout} grad_out) vs contiguous", g1,
+        g2, w2 = target.backward(t.grad_out.contiguous(), xc, wc, inv_b)
+        bexp = judge.expect_backward(t.grad_out, xc, wc, case.eps)
+        msgs.append(judge.compare(f"grad_x ({what}, {case.grad_layout} grad_out) vs contiguous", g1,
                                   g2.to(torch.float64), 2 * bexp.bound_x, check=judge.row_mask(bexp.stats.grad_verifiable, xc.shape),
                                   strict_nonfinite=False))
         if bool(exp.stats.verifiable.all()):
