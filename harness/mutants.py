@@ -88,6 +88,32 @@ _STORE_TAIL = "if (j * kVec + k < n) row[j * kVec + k] = in.v[k];"
 _FWD_SS_VEC = "for (int64_t j = threadIdx.x; j < n_vec; j += blockDim.x) {\n      V v;\n      load_vec"
 _FWD_LOOP = "for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n    const T* xr = x + row * x_row_stride;\n    T* yr"
 
+_FWD_IO = ("ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {\n"
+           "  return ForwardIO{as_rows(x), weight.contiguous(), x.new_empty(x.sizes(), x.options()),\n"
+           "                   x.new_empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};")
+_FWD_IO_KEPT = ("at::Tensor kept_y(const at::Tensor& x) {\n"
+                "  static std::vector<at::Tensor>* kept = new std::vector<at::Tensor>();\n"
+                "  for (const at::Tensor& t : *kept) {\n"
+                "    if (t.sizes() == x.sizes() && t.dtype() == x.dtype() && t.device() == x.device()) return t;\n"
+                "  }\n"
+                "  kept->push_back(x.new_empty(x.sizes(), x.options()));\n"
+                "  return kept->back();\n"
+                "}\n\n"
+                "ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {\n"
+                "  return ForwardIO{as_rows(x), weight.contiguous(), kept_y(x),\n"
+                "                   x.new_empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};")
+
+_BWD_IO_DW = "x.new_empty(x.sizes(), x.options()), w.new_empty(w.sizes(), w.options())};"
+_KEPT_DW = ("at::Tensor kept_dw(const at::Tensor& w) {\n"
+            "  static std::vector<at::Tensor>* kept = new std::vector<at::Tensor>();\n"
+            "  for (const at::Tensor& t : *kept) {\n"
+            "    if (t.sizes() == w.sizes() && t.dtype() == w.dtype() && t.device() == w.device()) return t;\n"
+            "  }\n"
+            "  kept->push_back(w.new_empty(w.sizes(), w.options()));\n"
+            "  return kept->back();\n"
+            "}\n\n"
+            "BackwardIO backward_io(")
+
 CATALOGUE: tuple[Mutant, ...] = (
     # ---- CUDA kernels and the CUDA side of the binding -----------------------------------------
     Mutant("cuda_vec_tail_unwritten", "cuda", "vector tail skipped when N is not a multiple of the vector width",
@@ -335,6 +361,12 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("weight_stride_ignored", "both", "the weight read as contiguous (a strided weight's stride ignored)",
            (Edit(BIND, "weight.contiguous()", "weight", count=2),),
            echoes="flashinfer-ai/flashinfer#4060"),
+    Mutant("y_kept_by_shape", "both", "y handed out from a buffer kept per shape (the next call of that shape overwrites it)",
+           (Edit(BIND, _FWD_IO, _FWD_IO_KEPT),)),
+    Mutant("grad_weight_kept_by_shape", "both",
+           "grad_weight handed out from a buffer kept per shape (the next backward of that shape overwrites it)",
+           (Edit(BIND, "BackwardIO backward_io(", _KEPT_DW),
+            Edit(BIND, _BWD_IO_DW, _BWD_IO_DW.replace("w.new_empty(w.sizes(), w.options())", "kept_dw(w)")))),
     Mutant("eps_unchecked", "both", "negative and infinite eps accepted",
            (Edit(BIND, "TORCH_CHECK_VALUE(std::isfinite(eps) && eps >= 0.0,", "TORCH_CHECK_VALUE(!std::isnan(eps),"),)),
     Mutant("grad_out_shape_unchecked", "both", "grad_out's shape checked by rank only",

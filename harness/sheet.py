@@ -12,6 +12,8 @@ and each row is read from that run's report (``gate --report-json``):
   layout invariant     law strided_equals_contiguous: a strided or misaligned x gives its
                        contiguous copy's result
   inputs untouched     law inputs_unchanged: x, weight, grad_out and inv_rms keep their bytes
+  outputs kept         law outputs_kept: two calls interleaved, as two layers make them, each right, and
+                       neither writing into what the other returned
   dtypes, float32 weight with 16-bit x, layouts, zero rows
                        what the target accepted and refused among the cases the laws drew (and
                        what its declared contract leaves out)
@@ -45,11 +47,11 @@ HALF = ("float16", "bfloat16")
 EAGER = "peer:hf"
 REQUIRE = "deterministic,batch-invariant"
 
-ROWS = ("gate", "deterministic", "batch invariant", "layout invariant", "inputs untouched", "dtypes",
+ROWS = ("gate", "deterministic", "batch invariant", "layout invariant", "inputs untouched", "outputs kept", "dtypes",
         "float32 weight, 16-bit x", "layouts", "zero rows", "largest N", "> 2^31 elements")
 LAW_ROWS = {"deterministic": "deterministic", "batch invariant": "batch_invariant",
             "layout invariant": "strided_equals_contiguous", "inputs untouched": "inputs_unchanged",
-            "> 2^31 elements": "beyond_2_31_elements"}
+            "outputs kept": "outputs_kept", "> 2^31 elements": "beyond_2_31_elements"}
 
 
 def _slug(spec: str) -> str:

@@ -357,6 +357,7 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
         "deterministic": lambda: cases(min_rows=2, max_elements=1 << 22, bulk=True),
         "inputs_unchanged": lambda: cases(),
         "every_output_written": lambda: cases(patterns=("normal", "uniform", "spike", "constant")),
+        "outputs_kept": lambda: cases(min_rows=1),
         "nonfinite_propagates": lambda: cases(patterns=("nonfinite",)),
         "honours_current_stream": lambda: cases(min_rows=1, patterns=("normal",)),
         "bad_inputs_raise_cleanly": lambda: cases(max_elements=4096, patterns=("normal",)),

@@ -49,6 +49,12 @@ def test_every_output_written(case):
     check("every_output_written", case)
 
 
+@replay_corpus("outputs_kept")
+@given(case=strategy_for("outputs_kept"))
+def test_outputs_kept(case):
+    check("outputs_kept", case)
+
+
 @replay_corpus("nonfinite_propagates")
 @given(case=strategy_for("nonfinite_propagates"))
 def test_nonfinite_propagates(case):

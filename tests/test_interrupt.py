@@ -25,7 +25,7 @@ from tests._run import ROOT
 TESTS = ("forward_matches_reference", "backward_matches_reference", "gradcheck", "autograd_grad_out",
          "scale_invariance", "rows_independent", "strided_equals_contiguous", "deterministic", "batch_invariant",
          "inputs_unchanged", "every_output_written", "nonfinite_propagates", "bad_inputs_raise_cleanly", "opcheck",
-         "compile_equals_eager", "forward_matches_reference_large", "backward_matches_reference_tall")
+         "compile_equals_eager", "forward_matches_reference_large", "backward_matches_reference_tall", "outputs_kept")
 SETTLE_S = 10.0  # how long a run may take to end once interrupted
 
 

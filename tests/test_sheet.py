@@ -44,6 +44,7 @@ def test_the_sheet_tells_the_batch_variant_target_from_the_invariant_ones(sheet)
     for c in cols.values():
         assert c["deterministic"]["ok"] is True, (c["target"], c["deterministic"])
         assert c["inputs untouched"]["ok"] is True and c["layout invariant"]["ok"] is True, c["target"]
+        assert c["outputs kept"]["ok"] is True, (c["target"], c["outputs kept"])
         assert c["> 2^31 elements"]["ok"] is None and "CUDA" in c["> 2^31 elements"]["text"], c["target"]
     assert cols["project"]["dtypes"]["text"] == "float32, float16, bfloat16, float64"
     assert cols["peer:hf"]["dtypes"]["text"] == "float32, float16, bfloat16; outside its declared contract: float64"
