@@ -347,6 +347,12 @@ def cmd_replay(args) -> int:
         what = {"pass": "passes now", "rejected": "is rejected by the target (allowed)",
                 "not_applicable": f"does not apply here ({v.message})"}[v.status]
         print(f"NOT REPRODUCED: the case {what}.")
+        from .session import ALONE
+
+        alone = next((line.strip() for line in (entry.error or "").splitlines() if line.strip().startswith(ALONE)),
+                     None)
+        if alone:  # the run that saved it ran it alone too, and said what that means
+            print(f"  as the run that saved it found: {alone}")
         return 0
     print(f"REPRODUCED [{v.status}]:\n{v.message}")
     return 1

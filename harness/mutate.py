@@ -42,7 +42,7 @@ from pathlib import Path
 from . import mutants
 from .build import ROOT
 from .locations import command, properties_dir, pytest_args
-from .session import SHARERS_ENV
+from .session import ALONE_ENV, SHARERS_ENV
 
 KILLS = Path(__file__).resolve().parent / "mutant_kills"  # the kept killing cases: DEVICE/NAME.json
 
@@ -132,7 +132,8 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, proces
     junit = work / "junit.xml"
     tally = work / "tally"
     tally.mkdir()
-    env = dict(os.environ, RMSNORM_TALLY_DIR=str(tally), PYTHONUNBUFFERED="1")
+    # The kill is the first failing case; mutate replays it on the original, and later runs replay it first.
+    env = dict(os.environ, RMSNORM_TALLY_DIR=str(tally), PYTHONUNBUFFERED="1", **{ALONE_ENV: "0"})
     if processes > 1:
         env[SHARERS_ENV] = str(processes)
     cmd = [sys.executable, "-m", "pytest", str(properties_dir()), "-x", "-q", *pytest_args(),

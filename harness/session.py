@@ -492,9 +492,34 @@ def check(law: str, case: Case) -> Verdict:
     _raise_failure(message)
 
 
+ALONE_ENV = "RMSNORM_REPLAY_ALONE"  # "0": a failing case is not run again alone (mutate, which stops at the first)
+
+ALONE = "alone, in a fresh process of the target,"  # how the note begins (replay finds it by this)
+NOT_ALONE = (ALONE + " this case {verdict}: the failure needs calls made before it in "
+             "this process (state kept between calls: compiled code or a buffer cached under too coarse a key, say), "
+             "so replay will not reproduce it; law outputs_kept makes two calls within one case")
+
+
+def _alone(law: str, case: Case) -> "Verdict | None":
+    """The law on the case in a fresh worker process of the same target, as replay runs it; None where
+    not run ($RMSNORM_REPLAY_ALONE=0, past the wall-time budget, or the target did not load)."""
+    end = float(os.environ[BUDGET_ENV]) if os.environ.get(BUDGET_ENV) else None
+    if os.environ.get(ALONE_ENV, "1") == "0" or (end is not None and time.time() >= end):
+        return None
+    main = runner()
+    fresh = Runner(main.spec, main.device, strict=main.strict, timeout_s=main.timeout_s, env=main.env)
+    try:
+        return fresh.check(law, case, deadline=end)
+    except HarnessError:
+        return None
+    finally:
+        fresh.stop()
+
+
 def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
-    """Save the shrunk failing case (in place of the law's provisional one) and record it; message
-    with where it went and how to replay it."""
+    """Save the shrunk failing case (in place of the law's provisional one) and record it; then run it
+    alone in a fresh process, and say so where it does not fail there (saved again with that said);
+    message with where it went and how to replay it."""
     try:
         path = corpus.save(law, case, error=message, target=identity(), device=runner().device, shrunk=True)
     except OSError as e:
@@ -503,8 +528,16 @@ def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
     TALLY.unfinished.pop(law, None)
     if prev is not None and prev != path:
         prev.unlink(missing_ok=True)
-    TALLY.failures.append({"law": law, "status": v.status, "file": str(path), "message": v.message,
-                           "case": case.to_dict()})
+    failure = {"law": law, "status": v.status, "file": str(path), "message": v.message, "case": case.to_dict()}
+    TALLY.failures.append(failure)
+    alone = _alone(law, case) if v.status in ("fail", "crash") else None  # a hang would cost its timeout again
+    if alone is not None and alone.status in ("pass", "rejected"):
+        failure["alone"] = alone.status
+        message += "\n  " + NOT_ALONE.format(verdict="passes" if alone.status == "pass" else "is refused")
+        try:
+            corpus.save(law, case, error=message, target=identity(), device=runner().device, shrunk=True)
+        except OSError as e:
+            message += f"\n  (could not save that with the case: {e})"
     return message + f"\n  saved: {path}\n  replay: {command()} replay {path}"
 
 

@@ -55,6 +55,12 @@ def test_outputs_kept(case):
     check("outputs_kept", case)
 
 
+@replay_corpus("after_neighbours")
+@given(case=strategy_for("after_neighbours"))
+def test_after_neighbours(case):
+    check("after_neighbours", case)
+
+
 @replay_corpus("nonfinite_propagates")
 @given(case=strategy_for("nonfinite_propagates"))
 def test_nonfinite_propagates(case):

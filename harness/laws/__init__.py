@@ -3,7 +3,8 @@ properties/test_*.py groups their tests:
 
   numerics    forward and backward against float64, gradcheck, autograd's grad_out, inf and NaN
   invariance  scale, rows, layout, determinism
-  memory      inputs untouched, every output written, outputs kept between calls
+  memory      inputs untouched, every output written, outputs kept between calls, calls after
+              calls at neighbouring signatures
   errors      bad inputs raise cleanly
   cuda        past 2^31 elements, the current stream, CUDA graphs
   ops         this project's operators: opcheck, torch.compile

@@ -1,4 +1,5 @@
-"""Laws of memory hygiene: inputs untouched, every output written, outputs kept between calls."""
+"""Laws of memory and state: inputs untouched, every output written, outputs kept between calls, calls
+right after calls at neighbouring signatures."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import dataclasses
 
 import torch
 
-from ..cases import Case, materialize
-from ..target import LawFailure, Target
+from ..cases import DTYPES, Case, layout_possible, materialize
+from ..target import LawFailure, Rejected, Target
 from .common import (POISON_FINITE, POISON_NAN, _bits, _fail, _same_bits, _untouched, backward_checked,
                      forward_checked, inv_for_backward)
 from .registry import law
@@ -132,3 +133,87 @@ def outputs_kept(target: Target, case: Case):
         kept.check("call 1's backward")
         kept.add(1, grad_x=g1, grad_weight=w1)
     return facts
+
+
+def _block(n: int) -> int:
+    """The power of two a kernel's block for a row of n elements is (Triton's next_power_of_2)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _moved(case: Case, **changes) -> Case | None:
+    """case with changes, its layouts kept where the new shape can take them; None where it cannot be made."""
+    shape = changes.get("shape", case.shape)
+    for key in ("layout", "grad_layout"):
+        if not layout_possible(getattr(case, key), shape):
+            changes[key] = "contiguous"
+    if case.weight_layout != "contiguous" and not layout_possible(case.weight_layout, (shape[-1],)):
+        changes["weight_layout"] = "contiguous"
+    try:
+        return dataclasses.replace(case, **changes)
+    except ValueError:
+        return None
+
+
+def neighbours(case: Case, contract) -> list[tuple[str, Case]]:
+    """Cases one step from case in one part of a kernel's signature each, inside the contract: another row
+    length of the same power-of-two block (a multiple of what the contract asks), another eps, another
+    number of rows, the other weight dtype (16-bit x), another dtype. A kernel compiled once per signature
+    (Triton, torch.compile, CuTe DSL) and cached under a key that leaves one of these out gets the
+    neighbour's code for the case."""
+    n, k = case.n, contract.n_multiple_of
+    same_block = [m for m in (n - k, n + k, n - 2 * k, n + 2 * k) if m >= 1 and _block(m) == _block(n)]
+    n2 = same_block[0] if same_block else n + k
+    rows_shape = (case.shape[0] + 1,) + case.shape[1:] if len(case.shape) >= 2 else (2, n)
+    found = [(f"N = {n2}", _moved(case, shape=case.shape[:-1] + (n2,))),
+             (f"eps = {1e-5 if case.eps != 1e-5 else 1e-6:g}", _moved(case, eps=1e-5 if case.eps != 1e-5 else 1e-6)),
+             (f"shape {list(rows_shape)}", _moved(case, shape=rows_shape))]
+    if case.dtype in ("float16", "bfloat16"):
+        w = "float32" if case.weight_dtype == case.dtype else case.dtype
+        found.append((f"weight {w}", _moved(case, weight_dtype=w)))
+    for d in (d for d in ("float32", "bfloat16", "float16", "float64") if d != case.dtype and d in DTYPES):
+        other = _moved(case, dtype=d, weight_dtype=d if case.weight_dtype == case.dtype else "float32")
+        if other is not None and contract.allows(other):
+            found.append((f"dtype {d}", other))
+            break
+    return [(what, c) for what, c in found if c is not None and contract.allows(c)]
+
+
+NEIGHBOURS = ("(the calls before it were at neighbouring signatures, each in one part: a call right alone and wrong "
+              "after them got state they left, as compiled code cached under a key that leaves out what differs)")
+
+
+def _judged(target: Target, case: Case, t, eps: float, label: str, after: bool) -> dict:
+    """Forward (and backward) of t, judged; a wrong answer told as one that came after other calls (after)."""
+    def both(lb):
+        _, inv, facts = forward_checked(target, t.x, t.weight, eps, case, label=lb)
+        if target.has_backward:
+            backward_checked(target, t.grad_out, t.x, t.weight, eps, inv_for_backward(t.x, eps, inv), case, label=lb)
+        return facts
+
+    try:
+        return both(label)
+    except LawFailure as e:
+        text, sep, case_line = str(e).rpartition("\n  case: ")
+        if not (after and sep and label.strip() in text):
+            raise
+        raise LawFailure(f"{text}\n  {NEIGHBOURS}{sep}{case_line}") from None
+
+
+@law()
+def after_neighbours(target: Target, case: Case):
+    """The case is right after calls at neighbouring signatures in the same process (another N of its
+    power-of-two block, another eps, another number of rows, the other weight dtype, another dtype), each
+    right too: a kernel compiled once per signature must not reuse another's code for it."""
+    from ..contract import of_target
+
+    before = []
+    for what, other in neighbours(case, of_target(target.module, target.spec)):
+        try:
+            _judged(target, case, materialize(other, target.device), other.eps, f"[call {len(before) + 1}, at {what}] ",
+                    after=bool(before))
+        except Rejected:
+            continue  # a neighbour the target refuses leaves nothing behind; the other laws judge refusals
+        before.append(what)
+    label = f"[the case, after calls at {', '.join(before)}] " if before else "[the case] "
+    facts = _judged(target, case, materialize(case, target.device), case.eps, label, after=bool(before))
+    return dict(facts, neighbours=len(before))
