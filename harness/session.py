@@ -497,7 +497,7 @@ ALONE_ENV = "RMSNORM_REPLAY_ALONE"  # "0": a failing case is not run again alone
 ALONE = "alone, in a fresh process of the target,"  # how the note begins (replay finds it by this)
 NOT_ALONE = (ALONE + " this case {verdict}: the failure needs calls made before it in "
              "this process (state kept between calls: compiled code or a buffer cached under too coarse a key, say), "
-             "so replay will not reproduce it; law outputs_kept makes two calls within one case")
+             "so replay will not reproduce it; laws outputs_kept and after_neighbours make such calls within one case")
 
 
 def _alone(law: str, case: Case) -> "Verdict | None":

@@ -41,7 +41,10 @@ def test_a_target_that_compiles_per_signature_is_judged_in_about_the_time_of_one
     line = next(ln for ln in out2.splitlines() if ln.startswith("compiling:"))
     assert "first calls at new signatures" in line, line
     compiles = int(re.search(r"in (\d+) first calls at new signatures", line).group(1))
-    assert compiles <= 64, line  # a few a law: the pool, not a compile for every case drawn
+    # A few a law: the pool, not a compile for every case drawn (58 without after_neighbours). That law calls at
+    # new signatures on purpose: its 8 cases, each at another N, weight dtype and dtype (this target's key),
+    # forward and backward, are 48 more at most (44 when the law came).
+    assert compiles <= 64 + 8 * 3 * 2, line
     assert compiling_s <= 2 * plain_s, f"{compiling_s:.0f} s with compiles against {plain_s:.0f} s without\n{line}"
 
 

@@ -154,28 +154,39 @@ def _moved(case: Case, **changes) -> Case | None:
         return None
 
 
+# The parts of a kernel's signature after_neighbours steps in, in the order it calls them.
+NEIGHBOUR_PARTS = ("n", "eps", "rows", "weight_dtype", "dtype")
+
+
 def neighbours(case: Case, contract) -> list[tuple[str, Case]]:
     """Cases one step from case in one part of a kernel's signature each, inside the contract: another row
-    length of the same power-of-two block (a multiple of what the contract asks), another eps, another
+    length of the same power-of-two block (the block itself, or one step of what the contract asks below it:
+    one length a block, so that a target compiling on first use compiles it once), another eps, another
     number of rows, the other weight dtype (16-bit x), another dtype. A kernel compiled once per signature
     (Triton, torch.compile, CuTe DSL) and cached under a key that leaves one of these out gets the
     neighbour's code for the case."""
-    n, k = case.n, contract.n_multiple_of
-    same_block = [m for m in (n - k, n + k, n - 2 * k, n + 2 * k) if m >= 1 and _block(m) == _block(n)]
-    n2 = same_block[0] if same_block else n + k
+    n, k, block = case.n, contract.n_multiple_of, _block(case.n)
+    if block != n and block % k == 0:
+        n2 = block
+    elif n - k >= 1 and _block(n - k) == block:
+        n2 = n - k
+    else:
+        n2 = n + k
+    eps2 = 1e-5 if case.eps != 1e-5 else 1e-6
     rows_shape = (case.shape[0] + 1,) + case.shape[1:] if len(case.shape) >= 2 else (2, n)
-    found = [(f"N = {n2}", _moved(case, shape=case.shape[:-1] + (n2,))),
-             (f"eps = {1e-5 if case.eps != 1e-5 else 1e-6:g}", _moved(case, eps=1e-5 if case.eps != 1e-5 else 1e-6)),
-             (f"shape {list(rows_shape)}", _moved(case, shape=rows_shape))]
+    found = {"n": (f"N = {n2}", _moved(case, shape=case.shape[:-1] + (n2,))),
+             "eps": (f"eps = {eps2:g}", _moved(case, eps=eps2)),
+             "rows": (f"shape {list(rows_shape)}", _moved(case, shape=rows_shape))}
     if case.dtype in ("float16", "bfloat16"):
         w = "float32" if case.weight_dtype == case.dtype else case.dtype
-        found.append((f"weight {w}", _moved(case, weight_dtype=w)))
+        found["weight_dtype"] = (f"weight {w}", _moved(case, weight_dtype=w))
     for d in (d for d in ("float32", "bfloat16", "float16", "float64") if d != case.dtype and d in DTYPES):
         other = _moved(case, dtype=d, weight_dtype=d if case.weight_dtype == case.dtype else "float32")
         if other is not None and contract.allows(other):
-            found.append((f"dtype {d}", other))
+            found["dtype"] = (f"dtype {d}", other)
             break
-    return [(what, c) for what, c in found if c is not None and contract.allows(c)]
+    return [found[part] for part in NEIGHBOUR_PARTS
+            if part in found and found[part][1] is not None and contract.allows(found[part][1])]
 
 
 NEIGHBOURS = ("(the calls before it were at neighbouring signatures, each in one part: a call right alone and wrong "
