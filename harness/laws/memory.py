@@ -95,16 +95,16 @@ INTERLEAVED = ("(two calls interleaved, as two layers of a model make them, wher
                "cache kept by shape)")
 
 
-def _interleaved(run, label: str, after_another: bool = True):
-    """run(label); a wrong answer it finds (its message names the label) told as one of two interleaved calls
-    where another call came before it."""
+def _told(run, label: str, hint: str | None = INTERLEAVED):
+    """run(label); a wrong answer it finds (its message names the label) told with hint, above its case line
+    (None: as it is, for a call no other call came before)."""
     try:
         return run(label)
     except LawFailure as e:
         text, sep, case_line = str(e).rpartition("\n  case: ")
-        if not (after_another and sep and label.strip() in text):
+        if not (hint and sep and label.strip() in text):
             raise
-        raise LawFailure(f"{text}\n  {INTERLEAVED}{sep}{case_line}") from None
+        raise LawFailure(f"{text}\n  {hint}{sep}{case_line}") from None
 
 
 @law()
@@ -115,21 +115,20 @@ def outputs_kept(target: Target, case: Case):
     t2 = materialize(dataclasses.replace(case, seed=case.seed ^ OTHER_SEED), target.device)
     eps = case.eps
     kept = _Kept(case)
-    y1, inv1, facts = _interleaved(lambda lb: forward_checked(target, t1.x, t1.weight, eps, case, label=lb),
-                                   "[call 1's forward] ", after_another=False)
+    y1, inv1, facts = forward_checked(target, t1.x, t1.weight, eps, case, label="[call 1's forward] ")
     kept.add(1, y=y1, inv_rms=inv1)
-    y2, inv2, _ = _interleaved(lambda lb: forward_checked(target, t2.x, t2.weight, eps, case, label=lb),
-                               "[call 2's forward, after call 1's] ")
+    y2, inv2, _ = _told(lambda lb: forward_checked(target, t2.x, t2.weight, eps, case, label=lb),
+                        "[call 2's forward, after call 1's] ")
     kept.check("call 2's forward")
     kept.add(2, y=y2, inv_rms=inv2)
     if target.has_backward:
         inv1_b, inv2_b = inv_for_backward(t1.x, eps, inv1), inv_for_backward(t2.x, eps, inv2)
-        g2, w2, _ = _interleaved(lambda lb: backward_checked(target, t2.grad_out, t2.x, t2.weight, eps, inv2_b, case,
-                                                             label=lb), "[call 2's backward, after both forwards] ")
+        g2, w2, _ = _told(lambda lb: backward_checked(target, t2.grad_out, t2.x, t2.weight, eps, inv2_b, case,
+                                                      label=lb), "[call 2's backward, after both forwards] ")
         kept.check("call 2's backward")
         kept.add(2, grad_x=g2, grad_weight=w2)
-        g1, w1, _ = _interleaved(lambda lb: backward_checked(target, t1.grad_out, t1.x, t1.weight, eps, inv1_b, case,
-                                                             label=lb), "[call 1's backward, after call 2's] ")
+        g1, w1, _ = _told(lambda lb: backward_checked(target, t1.grad_out, t1.x, t1.weight, eps, inv1_b, case,
+                                                      label=lb), "[call 1's backward, after call 2's] ")
         kept.check("call 1's backward")
         kept.add(1, grad_x=g1, grad_weight=w1)
     return facts
@@ -201,13 +200,7 @@ def _judged(target: Target, case: Case, t, eps: float, label: str, after: bool) 
             backward_checked(target, t.grad_out, t.x, t.weight, eps, inv_for_backward(t.x, eps, inv), case, label=lb)
         return facts
 
-    try:
-        return both(label)
-    except LawFailure as e:
-        text, sep, case_line = str(e).rpartition("\n  case: ")
-        if not (after and sep and label.strip() in text):
-            raise
-        raise LawFailure(f"{text}\n  {NEIGHBOURS}{sep}{case_line}") from None
+    return _told(both, label, NEIGHBOURS if after else None)
 
 
 @law()
