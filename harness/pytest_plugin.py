@@ -245,9 +245,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
     COVERAGE_VERDICT.clear()
     COVERAGE_VERDICT.extend(reasons)  # what the command's verdict line says, when no test failed
     RECORDED["unfinished"] = len(_state.unfinished_failures(t))  # failed, though stopped before its test ended
+    if exitstatus == pytest.ExitCode.INTERNAL_ERROR and not SUMMARY_WRITTEN:
+        # pytest writes no summary after an error of its own (above): the report from what the workers recorded.
+        SUMMARY_WRITTEN.append(True)
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        write = tr.write_line if tr is not None else print
+        write("rmsnorm gate: pytest stopped with an internal error (above); the report from what the workers recorded:")
+        for line in summary_lines(t, []):
+            write(line)
 
 
 COVERAGE_VERDICT: list[str] = []  # set at the end of a run: why it failed on coverage, if it did
+# Set once the report is written: pytest skips its summary after an internal error (xdist's controller once
+# asserted on a worker that a SIGTERM stopped mid-test), and the gate then writes the report itself.
+SUMMARY_WRITTEN: list[bool] = []
 
 
 def coverage_floor() -> int:
@@ -411,6 +422,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     if _is_xdist_worker(config):
         return
+    SUMMARY_WRITTEN.append(True)
     t = collect_tally()
     skipped = []
     for rep in terminalreporter.stats.get("skipped", []):

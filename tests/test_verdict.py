@@ -291,3 +291,16 @@ def test_the_reporting_process_takes_the_contract_its_workers_learned(monkeypatc
     pytest_plugin.collect_tally()
     got = session.contract()
     assert got == declared and got.declared, got
+
+
+def test_a_run_that_pytest_ends_with_an_internal_error_still_reports_what_it_checked(tmp_path):
+    """pytest writes no summary after an INTERNALERROR: under SIGTERM, xdist's controller once raised one, and
+    the gate ended with no report."""
+    from tests._run import run
+
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.torch_native",
+                     "--corpus", str(tmp_path / "corpus"), "-n", "0", "--", "-p", "tests.internal_error_plugin"])
+    assert code == 2, out[-3000:]
+    assert "INTERNALERROR" in out and "internal_error_plugin: an error of pytest's own" in out, out[-3000:]
+    report = out.split("the report from what the workers recorded:", 1)[1]
+    assert "lane: CPU" in report and "law " in report and "rmsnorm gate SET-UP ERROR" in report, out[-3000:]
