@@ -91,28 +91,24 @@ _FWD_LOOP = "for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {\n   
 _FWD_IO = ("ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {\n"
            "  return ForwardIO{as_rows(x), weight.contiguous(), x.new_empty(x.sizes(), x.options()),\n"
            "                   x.new_empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};")
-_FWD_IO_KEPT = ("at::Tensor kept_y(const at::Tensor& x) {\n"
-                "  static std::vector<at::Tensor>* kept = new std::vector<at::Tensor>();\n"
-                "  for (const at::Tensor& t : *kept) {\n"
-                "    if (t.sizes() == x.sizes() && t.dtype() == x.dtype() && t.device() == x.device()) return t;\n"
-                "  }\n"
-                "  kept->push_back(x.new_empty(x.sizes(), x.options()));\n"
-                "  return kept->back();\n"
-                "}\n\n"
-                "ForwardIO forward_io(const at::Tensor& x, const at::Tensor& weight) {\n"
-                "  return ForwardIO{as_rows(x), weight.contiguous(), kept_y(x),\n"
-                "                   x.new_empty(stat_shape(x), x.options().dtype(acc_dtype(x.scalar_type())))};")
 
-_BWD_IO_DW = "x.new_empty(x.sizes(), x.options()), w.new_empty(w.sizes(), w.options())};"
-_KEPT_DW = ("at::Tensor kept_dw(const at::Tensor& w) {\n"
+
+def _kept_buffer(name: str, t: str) -> str:
+    """C++ of a function name(t) handing out a buffer like t kept per shape, dtype and device: each call of
+    that shape gets the same memory (the outputs-kept-by-shape mutants)."""
+    return (f"at::Tensor {name}(const at::Tensor& {t}) {{\n"
             "  static std::vector<at::Tensor>* kept = new std::vector<at::Tensor>();\n"
             "  for (const at::Tensor& t : *kept) {\n"
-            "    if (t.sizes() == w.sizes() && t.dtype() == w.dtype() && t.device() == w.device()) return t;\n"
+            f"    if (t.sizes() == {t}.sizes() && t.dtype() == {t}.dtype() && t.device() == {t}.device()) return t;\n"
             "  }\n"
-            "  kept->push_back(w.new_empty(w.sizes(), w.options()));\n"
+            f"  kept->push_back({t}.new_empty({t}.sizes(), {t}.options()));\n"
             "  return kept->back();\n"
-            "}\n\n"
-            "BackwardIO backward_io(")
+            "}\n\n")
+
+
+_FWD_IO_KEPT = _kept_buffer("kept_y", "x") + _FWD_IO.replace("x.new_empty(x.sizes(), x.options()),", "kept_y(x),")
+_BWD_IO_DW = "x.new_empty(x.sizes(), x.options()), w.new_empty(w.sizes(), w.options())};"
+_KEPT_DW = _kept_buffer("kept_dw", "w") + "BackwardIO backward_io("
 
 CATALOGUE: tuple[Mutant, ...] = (
     # ---- CUDA kernels and the CUDA side of the binding -----------------------------------------

@@ -503,7 +503,7 @@ NOT_ALONE = (ALONE + " this case {verdict}: the failure needs calls made before 
 def _alone(law: str, case: Case) -> "Verdict | None":
     """The law on the case in a fresh worker process of the same target, as replay runs it; None where
     not run ($RMSNORM_REPLAY_ALONE=0, past the wall-time budget, or the target did not load)."""
-    end = float(os.environ[BUDGET_ENV]) if os.environ.get(BUDGET_ENV) else None
+    end = _deadline()
     if os.environ.get(ALONE_ENV, "1") == "0" or (end is not None and time.time() >= end):
         return None
     main = runner()
@@ -582,8 +582,8 @@ def _past_budget_shrinking(law: str, case: Case) -> "Verdict | None":
     """Past the wall-time budget, a failed law's shrinking stops: a case already seen failing fails
     again as it did (Hypothesis replays its best one at the end), any other is not run and stands
     as not failing, so the shrinker ends on what it has, at once. None: run the case."""
-    end = os.environ.get(BUDGET_ENV)
-    if not end or law not in FAILED_LAWS or time.time() <= float(end):
+    end = _deadline()
+    if end is None or law not in FAILED_LAWS or time.time() <= end:
         return None
     TALLY.shrink_cut[law] += 1
     known = _FAILED_CASES.get((law, case))
@@ -595,18 +595,23 @@ def _past_budget_shrinking(law: str, case: Case) -> "Verdict | None":
     _raise_failure(message)
 
 
+def _deadline() -> float | None:
+    """The run's wall-time budget's end (epoch seconds), or None without one."""
+    end = os.environ.get(BUDGET_ENV)
+    return float(end) if end else None
+
+
 def _budget_end(law: str) -> float | None:
     """The wall-time budget's end for a case of law, or None (no budget, or the law failed: its
     shrinking is never cut)."""
-    end = os.environ.get(BUDGET_ENV)
-    return float(end) if end and law not in FAILED_LAWS else None
+    return _deadline() if law not in FAILED_LAWS else None
 
 
 def _budget_check(law: str) -> None:
     """Past the run's wall-time budget, a law that has not failed stops drawing: its test ends as
     skipped ("cut short"), and what it checked is still judged against the coverage floor."""
-    end = os.environ.get(BUDGET_ENV)
-    if end and time.time() > float(end) and law not in FAILED_LAWS:
+    end = _deadline()
+    if end is not None and time.time() > end and law not in FAILED_LAWS:
         TALLY.cut_short[law] += 1
         _skip(law, "cut short by the wall-time budget (--budget)")
 

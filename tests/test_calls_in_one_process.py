@@ -4,6 +4,8 @@ again, carries state from one call into the next, or caches compiled code under 
 call at a time, so only these see it; a correct target passes them. And a failing case that passes alone, in
 a fresh process, is said to."""
 
+import contextlib
+
 import pytest
 
 from harness.cases import Case
@@ -11,48 +13,47 @@ from harness.target import default_device
 from harness.worker import Runner
 from tests._run import run
 
+@contextlib.contextmanager
+def worker(spec: str):
+    """A started worker for spec on this machine's device (lenient), stopped afterwards."""
+    r = Runner(spec, default_device(), strict=False)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
 CASES = (Case(shape=(3, 8)), Case(shape=(2, 5, 12), dtype="bfloat16", layout="padded", seed=7),
          Case(shape=(4, 16), dtype="float16", weight_dtype="float32", grad_layout="broadcast", seed=3))
 
 
 @pytest.mark.parametrize("spec", ["module:tests.targets.correct_torch", "module:tests.targets.torch_native"])
 def test_correct_targets_keep_their_outputs(spec):
-    r = Runner(spec, default_device(), strict=False)
-    r.start()
-    try:
+    with worker(spec) as r:
         for case in CASES:
             for law in ("outputs_kept", "after_neighbours"):
                 v = r.check(law, case)
                 assert v.status == "pass", (spec, law, case.short(), v.message)
-    finally:
-        r.stop()
 
 
 def test_outputs_in_memory_the_target_writes_again_fail():
-    r = Runner("module:tests.targets.kept_grad_weight", default_device(), strict=False)
-    r.start()
-    try:
+    with worker("module:tests.targets.kept_grad_weight") as r:
         v = r.check("outputs_kept", CASES[0])
         assert v.status == "fail"
         assert "call 2's grad_weight changed during call 1's backward" in v.message, v.message
         # The laws of one call at a time find nothing: each call's answer is right.
         for law in ("backward_matches_reference", "strided_equals_contiguous", "rows_independent"):
             assert r.check(law, CASES[1]).status == "pass", law
-    finally:
-        r.stop()
 
 
 def test_state_carried_from_one_call_into_the_next_fails_and_is_named():
-    r = Runner("module:tests.targets.stale_state", default_device(), strict=False)
-    r.start()
-    try:
+    with worker("module:tests.targets.stale_state") as r:
         v = r.check("outputs_kept", CASES[0])
         assert v.status == "fail"
         assert v.message.startswith("[call 1's backward, after call 2's] grad_x"), v.message
         assert "two calls interleaved" in v.message and "case: shape=[3, 8]" in v.message.splitlines()[-1]
         assert r.check("backward_matches_reference", CASES[0]).status == "pass"
-    finally:
-        r.stop()
 
 
 def test_the_gate_fails_a_target_that_reuses_its_outputs(tmp_path):
@@ -85,19 +86,12 @@ def test_a_failure_that_needs_earlier_calls_is_run_alone_and_says_so(tmp_path):
 
 def test_code_cached_under_too_coarse_a_key_fails_after_its_neighbours():
     case = Case(shape=(3, 7))
-    r = Runner("module:tests.targets.baked_row_length", default_device(), strict=False)
-    r.start()
-    try:
+    with worker("module:tests.targets.baked_row_length") as r:
         v = r.check("after_neighbours", case)
         assert v.status == "fail"
         first = v.message.splitlines()[0]
         assert first.startswith("[call 2, at eps = 1e-05] y: ") and "wrong" in first, v.message
         assert "the calls before it were at neighbouring signatures" in v.message, v.message
-    finally:
-        r.stop()
-    fresh = Runner("module:tests.targets.baked_row_length", default_device(), strict=False)
-    fresh.start()
-    try:  # the first call of each row length is right: one law a process shows nothing
+    # The first call of each row length is right: one law a process shows nothing.
+    with worker("module:tests.targets.baked_row_length") as fresh:
         assert fresh.check("forward_matches_reference", case).status == "pass"
-    finally:
-        fresh.stop()
