@@ -283,7 +283,7 @@ def cmd_gate(args) -> int:
 
     code = {pytest.ExitCode.OK: EXIT_PASSED, pytest.ExitCode.TESTS_FAILED: EXIT_FAILED,
             pytest.ExitCode.INTERRUPTED: EXIT_INTERRUPTED}.get(code, EXIT_SETUP)
-    from .pytest_plugin import COVERAGE_VERDICT, RECORDED
+    from .pytest_plugin import COVERAGE_VERDICT, NOT_RUN_HERE, RECORDED
 
     # The verdict from what the run recorded: a law that failed fails the run however it stopped
     # (-x, --maxfail, -n, a signal); interrupted only when a signal stopped it with nothing failed.
@@ -300,6 +300,8 @@ def cmd_gate(args) -> int:
         verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
     elif code == EXIT_FAILED and failed:  # laws failed, whatever the floors say besides
         verdict += f" ({describe_failed(RECORDED['failed'], RECORDED['unfinished'], COVERAGE_VERDICT)})"
+    if NOT_RUN_HERE:  # never a silent pass: what this GPU could not hold was not checked
+        verdict += f" (not run on this GPU, too little free memory: {', '.join(NOT_RUN_HERE)})"
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {session.target_spec()}, {provenance()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
@@ -343,6 +345,10 @@ def cmd_replay(args) -> int:
         v = r.check(entry.law, entry.case)
     finally:
         r.stop()
+    if v.status == "no_room":
+        print(f"NOT RUN: the case needs more GPU memory than this GPU has free ({v.message.splitlines()[0]}); "
+              "replay it on a GPU with more free memory")
+        return 2
     if v.status in ("pass", "rejected", "not_applicable"):
         what = {"pass": "passes now", "rejected": "is rejected by the target (allowed)",
                 "not_applicable": f"does not apply here ({v.message})"}[v.status]

@@ -150,8 +150,9 @@ class Native(Autograd):
 
 
 class Liger(Peer):
-    """liger_kernel.ops.rms_norm's forward and backward, as LigerRMSNormFunction calls them
-    (contiguous inputs, casting mode llama, offset 0)."""
+    """liger_kernel.ops.rms_norm's forward and backward, as LigerRMSNormFunction calls them: every
+    tensor made contiguous first, the weight too (its ensure_contiguous; the kernels index the weight
+    as if it were), casting mode llama, offset 0."""
 
     device_types = ("cuda",)
 
@@ -173,7 +174,7 @@ class Liger(Peer):
         from liger_kernel.ops.rms_norm import rms_norm_forward
 
         self.check_float64(x)
-        y, _, rstd, _, _, _ = rms_norm_forward(x.contiguous(), weight, eps, 0.0, "llama", None)
+        y, _, rstd, _, _, _ = rms_norm_forward(x.contiguous(), weight.contiguous(), eps, 0.0, "llama", None)
         return y, rstd
 
     def backward(self, grad_out, x, weight, inv_rms):
@@ -183,7 +184,7 @@ class Liger(Peer):
         n = x.shape[-1]
         block, warps = calculate_settings(n)
         rstd = inv_rms.reshape(-1).contiguous()
-        gx, gw = rms_norm_backward(grad_out.contiguous(), x.contiguous().view(-1, n), weight, rstd, 0.0,
+        gx, gw = rms_norm_backward(grad_out.contiguous(), x.contiguous().view(-1, n), weight.contiguous(), rstd, 0.0,
                                    _str_to_casting_mode["llama"], block, warps, self.in_place, None)
         return gx, gw
 

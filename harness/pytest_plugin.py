@@ -244,6 +244,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
               (["the target rejected every case"] if t.by_law and checked == 0 else [])
     COVERAGE_VERDICT.clear()
     COVERAGE_VERDICT.extend(reasons)  # what the command's verdict line says, when no test failed
+    NOT_RUN_HERE[:] = sorted(t.no_room)  # laws this GPU had too little free memory for: the verdict line names them
     RECORDED["unfinished"] = len(_state.unfinished_failures(t))  # failed, though stopped before its test ended
     if exitstatus == pytest.ExitCode.INTERNAL_ERROR and not SUMMARY_WRITTEN:
         # pytest writes no summary after an error of its own (above): the report from what the workers recorded.
@@ -256,6 +257,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
 
 
 COVERAGE_VERDICT: list[str] = []  # set at the end of a run: why it failed on coverage, if it did
+NOT_RUN_HERE: list[str] = []  # set at the end of a run: laws stopped at a case too big for this GPU's free memory
 # Set once the report is written: pytest skips its summary after an internal error (xdist's controller once
 # asserted on a worker that a SIGTERM stopped mid-test), and the gate then writes the report itself.
 SUMMARY_WRITTEN: list[bool] = []
@@ -306,6 +308,8 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
     floor = coverage_floor()
     out = []
     for law in sorted(set(t.by_law) | set(t.cut_short) | set(t.applies)):
+        if law in t.no_room:  # not run on this GPU: said on a line of its own, neither passed nor failed
+            continue
         c = t.by_law.get(law, {})
         total = sum(c.values())
         checked = c.get("pass", 0) + c.get("fail", 0) + c.get("crash", 0) + c.get("hang", 0)
@@ -381,6 +385,11 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
         lines.append(f"saved cases outside the declared contract, not applicable (not judged; each law drew its own): "
                      f"{n}: " + "; ".join(f"{law} {len(v)} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
                                           for law, v in sorted(t.outside_contract.items())))
+    for law, why in sorted(t.no_room.items()):
+        c = t.by_law.get(law, {})
+        lines.append(f"NOT RUN on this GPU: {law} stopped at a case that needs more GPU memory than was free, after "
+                     f"{c.get('pass', 0)} case(s) passed ({why}); nothing it did not run counts as passed: run it "
+                     "on a GPU with more free memory, alone")
     if t.cut_short:
         lines.append("cut short by the wall-time budget: " + ", ".join(sorted(t.cut_short))
                      + " (what they checked is judged; the rest was not drawn)")

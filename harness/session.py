@@ -49,6 +49,7 @@ class Tally:
         # run stopped then (Ctrl-C, SIGTERM, a campaign's end) has failed all the same.
         self.unfinished: dict[str, dict] = {}
         self.cut_short: Counter = Counter()  # laws the wall-time budget stopped
+        self.no_room: dict[str, str] = {}  # laws whose case needed more GPU memory than was free: why
         self.shrink_cut: Counter = Counter()  # failed laws whose shrinking the budget stopped: candidates not run
         # Laws that reached a case with the target able to run them (they apply on this target and
         # lane): each must check its floor, whatever became of its cases.
@@ -115,6 +116,7 @@ class Tally:
             "unfinished": self.unfinished,
             "worker": dict(self.worker),
             "cut_short": dict(self.cut_short),
+            "no_room": self.no_room,
             "shrink_cut": dict(self.shrink_cut),
             "applies": sorted(self.applies),
             "outside_contract": {k: v for k, v in self.outside_contract.items()},
@@ -144,6 +146,8 @@ class Tally:
         if d.get("contract") is not None:
             self.contract = d["contract"]
         self.cut_short.update(d.get("cut_short", {}))
+        for law, why in d.get("no_room", {}).items():
+            self.no_room.setdefault(law, why)
         self.shrink_cut.update(d.get("shrink_cut", {}))
         self.applies |= set(d.get("applies", []))
         for k, names in d.get("outside_contract", {}).items():
@@ -464,6 +468,12 @@ def check(law: str, case: Case) -> Verdict:
     if v.status == "cut_short":
         TALLY.cut_short[law] += 1
         _skip(law, f"cut short by the wall-time budget (--budget) with a case still running: {case.short()}")
+    if v.status == "no_room":
+        # The GPU had too little free memory for the case: the law ends here as not run on this GPU
+        # (what it checked before is counted), never as passed and never as the target's failure.
+        why = v.message.strip().splitlines()[0] if v.message.strip() else "too little free GPU memory"
+        TALLY.no_room.setdefault(law, why)
+        _skip(law, f"not run on this GPU: {why}")
     if v.status == "rejected" and c.declared and not c.weight_layout_refusable(case):
         # Every law draws inside a declared contract, gradcheck too; a weight that is not contiguous may
         # be refused where the contract does not name weight layouts (harness.contract).

@@ -51,6 +51,12 @@ class NotApplicable(Exception):
     """The law does not apply to this target or device."""
 
 
+class NoRoom(Exception):
+    """The case needs more GPU memory than this GPU has free: the law applies, but the case is not run
+    here. Neither the target's failure nor a refusal of the input (a smaller GPU, or other processes
+    holding memory, as the lane's gates side by side do)."""
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 

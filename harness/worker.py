@@ -231,6 +231,8 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
             reply = {"status": "crash", "message": f"{e}\n  case: {case.short()}"}
         except tgt.NotApplicable as e:
             reply = {"status": "not_applicable", "message": str(e)}
+        except tgt.NoRoom as e:
+            reply = {"status": "no_room", "message": str(e)}
         except BaseException as e:  # noqa: BLE001 - a fault of the harness, reported as such
             if t.is_cuda and tgt._CUDA_ERROR.search(str(e)):
                 # A CUDA error surfacing in the harness's own work was left behind by the target.
@@ -270,7 +272,7 @@ class HarnessError(RuntimeError):
 
 @dataclass
 class Verdict:
-    status: str  # pass | rejected | fail | crash | hang | not_applicable | cut_short
+    status: str  # pass | rejected | fail | crash | hang | not_applicable | no_room | cut_short
     message: str = ""
     facts: dict = field(default_factory=dict)
     seconds: float = 0.0

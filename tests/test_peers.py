@@ -104,3 +104,39 @@ def test_nonfinite_row_may_save_zero_or_nan():
     bad = torch.tensor([1.0, float(torch.rsqrt(torch.tensor(2.5 + 1e-6)))])
     msgs = judge.judge_forward(y, bad, x, w, 1e-6)
     assert "expected 0 or NaN" in "\n".join(map(str, msgs))
+
+
+def test_liger_is_called_as_its_users_call_it_with_every_tensor_contiguous_the_weight_too(monkeypatch):
+    """LigerRMSNormFunction makes every argument contiguous (ensure_contiguous) before its kernels, which
+    index the weight as if it were. The peer called those kernels with the weight as drawn, and the first
+    CUDA panel with weight layouts failed Liger-Kernel in 9 laws on a column-strided weight (H100, 9f85cfe):
+    the adapter's fault, not Liger-Kernel's. A stand-in for liger_kernel.ops.rms_norm records what it got."""
+    import sys
+    import types
+
+    from harness import peers
+
+    got = {}
+
+    def rms_norm_forward(x, w, eps, offset, casting_mode, row_mode):
+        got["forward"] = (x.is_contiguous(), w.is_contiguous())
+        return x.clone(), x, torch.ones(x.shape[0]), 0, 0, casting_mode
+
+    def rms_norm_backward(dy, x, w, rstd, offset, casting_mode, block, warps, in_place, row_mode):
+        got["backward"] = (dy.is_contiguous(), x.is_contiguous(), w.is_contiguous())
+        return dy.clone(), w.clone()
+
+    mod = types.ModuleType("liger_kernel.ops.rms_norm")
+    mod.rms_norm_forward, mod.rms_norm_backward = rms_norm_forward, rms_norm_backward
+    mod.calculate_settings = lambda n: (1024, 4)
+    mod._str_to_casting_mode = {"llama": 0}
+    for name in ("liger_kernel", "liger_kernel.ops"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.rms_norm", mod)
+    liger = peers._registry()["liger"]()  # peers.load would refuse the CPU: Liger-Kernel is CUDA only
+    x = torch.randn(8, 3).t()  # rows not contiguous
+    w = torch.randn(8, 2)[:, 0]  # a column of a matrix: stride 2
+    assert not x.is_contiguous() and not w.is_contiguous()
+    liger.forward(x, w, 1e-6)
+    liger.backward(torch.randn(8, 3).t(), x, w, torch.ones(3))
+    assert got == {"forward": (True, True), "backward": (True, True, True)}, got

@@ -10,7 +10,7 @@ import torch
 
 from .. import build, tolerance as tol
 from ..cases import Case, materialize
-from ..target import LawFailure, NotApplicable, Target
+from ..target import LawFailure, NoRoom, Rejected, Target
 from .common import _fail, _same_bits, compare_forward, compare_grads, inv_for_backward
 from .registry import law
 
@@ -29,8 +29,7 @@ def _gpu_memory_turn(dev: torch.device):
             stack.enter_context(build.file_lock(build.work_root() / "locks" / f"gpu{index}-big-cases.lock",
                                                 wait_s=_TURN_WAIT_S))
         except TimeoutError:
-            raise NotApplicable(f"another process held this GPU's turn for big cases over "
-                                f"{_TURN_WAIT_S:.0f} s") from None
+            raise NoRoom(f"another process held this GPU's turn for big cases over {_TURN_WAIT_S:.0f} s") from None
         try:
             yield
         finally:
@@ -46,18 +45,37 @@ def beyond_2_31_elements(target: Target, case: Case):
     """Tensors past 2^31 elements (64-bit offsets): the rows around the 2^31-element boundary and
     at the end, forward and grad_x, and sampled columns of grad_weight match the reference."""
     with _gpu_memory_turn(target.device):
-        return _beyond_2_31_elements(target, case)
+        free, _ = torch.cuda.mem_get_info(target.device)
+        try:
+            return _beyond_2_31_elements(target, case, free)
+        except (torch.cuda.OutOfMemoryError, Rejected) as e:
+            room = no_room(e, free, case)
+            if room is None:
+                raise
+            raise room from None
 
 
-def _beyond_2_31_elements(target: Target, case: Case):
+def no_room(e: Exception, free: int, case: Case) -> "NoRoom | None":
+    """A case past 2^31 elements that ran out of GPU memory is not run here (NoRoom), whether the
+    law's own tensors (torch's OutOfMemoryError) or the target's allocations (its call's refusal
+    naming one) did: a GPU with less free memory, not a fault of the target. None for any other
+    exception."""
+    text = str(e).strip()
+    if not isinstance(e, torch.cuda.OutOfMemoryError) and "OutOfMemoryError" not in text:
+        return None
+    tensor = case.numel * torch.empty((), dtype=case.torch_dtype).element_size() / 2**30
+    first = text.splitlines()[0][:240] if text else type(e).__name__
+    return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, whose tensors take {tensor:.1f} GiB each)")
+
+
+def _beyond_2_31_elements(target: Target, case: Case, free: int):
     dev = target.device
     dt, wdt = case.torch_dtype, case.torch_weight_dtype
     rows, n = case.rows, case.n
     elsize = torch.empty((), dtype=dt).element_size()
     need = 4 * case.numel * elsize + 8 * rows + (1 << 30)
-    free, _ = torch.cuda.mem_get_info(dev)
     if free < need:
-        raise NotApplicable(f"needs {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+        raise NoRoom(f"the case needs about {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free")
     g = torch.Generator(device=dev).manual_seed(case.seed)
     x = torch.randn(rows, n, generator=g, device=dev, dtype=dt)
     w = torch.randn(n, generator=g, device=dev, dtype=torch.float32).to(wdt)

@@ -1,0 +1,86 @@
+"""A case too big for the GPU's free memory is not run there, and the gate says so (the judge lane on
+an 80 GB H100, six gates side by side: the Hugging Face module's backward past 2^31 elements ran out
+of memory, and the law failed it as a refusal inside its contract; a case the law itself found too
+big raised a harness error). Not the target's failure, not a refusal, never counted as passed."""
+
+import json
+
+import pytest
+import torch
+
+from harness import pytest_plugin, session
+from harness.cases import Case
+from harness.laws.cuda import no_room
+from harness.session import Tally
+from harness.target import NoRoom, Rejected
+from harness.worker import Verdict
+
+BIG = Case(shape=(32768, 65537), dtype="bfloat16", weight_dtype="bfloat16", eps=1e-6, layout="contiguous",
+           grad_layout="contiguous", pattern="normal", seed=1)
+
+
+def test_running_out_of_gpu_memory_past_2_31_elements_is_no_room_and_nothing_else_is():
+    got = no_room(Rejected("backward raised OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"),
+                  6 << 30, BIG)
+    assert isinstance(got, NoRoom), got
+    assert "Tried to allocate 8.00 GiB" in str(got) and "6.0 GiB free before the case" in str(got), got
+    assert "4.0 GiB each" in str(got), got  # 32768 x 65537 bfloat16
+    got = no_room(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), 3 << 30, BIG)
+    assert isinstance(got, NoRoom) and "3.0 GiB free" in str(got), got
+    # A refusal for any other reason stays a refusal (a contract fails it), and a wrong answer is no memory matter.
+    assert no_room(Rejected("forward raised RuntimeError: M should be less than maximum CUDA grid size"),
+                   6 << 30, BIG) is None
+    assert no_room(AssertionError("y[3] differs"), 6 << 30, BIG) is None
+
+
+class _Runner:
+    info = {"device": "cuda", "has_ops": False, "has_backward": True}
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+
+    def check(self, law, case, deadline=None):
+        return self.verdict
+
+
+def test_the_law_ends_as_not_run_on_this_gpu_and_the_report_says_so(monkeypatch):
+    from harness.contract import Contract
+
+    monkeypatch.setattr(session, "TALLY", Tally())
+    monkeypatch.setattr(session, "_CONTRACT", Contract())
+    monkeypatch.setenv("RMSNORM_MIN_CHECKED", "20")
+    why = "backward raised OutOfMemoryError: CUDA out of memory (5.7 GiB free before the case)"
+    monkeypatch.setattr(session, "runner", lambda: _Runner(Verdict("no_room", why, {}, 1.0)))
+    with pytest.raises(pytest.skip.Exception) as skip:
+        session.check("beyond_2_31_elements", BIG)
+    assert str(skip.value.msg).startswith("beyond_2_31_elements: not run on this GPU: backward raised OutOfMemory")
+    t = Tally()
+    t.merge(json.loads(json.dumps(session.TALLY.to_json())))  # what the xdist workers hand the controller
+    assert t.no_room == {"beyond_2_31_elements": why}
+    t.by_law["beyond_2_31_elements"]["pass"] += 1  # a case it checked before the one too big
+    t.applies.add("beyond_2_31_elements")
+    t.by_law["gradcheck"]["pass"] += 40
+    # Not a coverage failure (it was not run here), and not silent: a line of its own in the report.
+    assert pytest_plugin.too_few_checked(t) == []
+    monkeypatch.setenv("RMSNORM_TARGET", "peer:hf")
+    lines = pytest_plugin.summary_lines(t, [])
+    line = next((x for x in lines if x.startswith("NOT RUN on this GPU: beyond_2_31_elements")), None)
+    assert line is not None and "after 1 case(s) passed" in line and why in line, lines
+    # A law that applies and ran nothing for any other reason still fails on coverage.
+    t.no_room.clear()
+    del t.by_law["beyond_2_31_elements"]
+    assert pytest_plugin.too_few_checked(t) == [("beyond_2_31_elements", 0, 0, 20)]
+
+
+def test_a_case_the_law_finds_too_big_is_not_a_harness_error(monkeypatch):
+    """Before, the law's own check raised NotApplicable, which a gate takes for a strategy drawing
+    cases its law does not apply to (a harness error)."""
+    from harness.laws import cuda
+
+    class _Target:
+        device = torch.device("cuda", 0)
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (2 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: None)
+    with pytest.raises(NoRoom, match=r"needs about 17\.0 GiB of free GPU memory, 2\.0 GiB free"):
+        cuda.beyond_2_31_elements(_Target(), BIG)
