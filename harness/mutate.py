@@ -146,6 +146,9 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, proces
     r = Result(m.name, m.lane, m.bug, m.echoes, "error", seconds=dt)
     if p.returncode == 0:
         r.status = "survived"
+        short = _no_room(tally)
+        if short:  # a survivor the suite did not wholly judge: said beside it, never hidden
+            r.message = f"not run on this GPU, too little free memory: {', '.join(short)}"
     elif p.returncode == 1:
         r.status = "killed"
         r.law, r.message = _failed_test(junit)
@@ -156,6 +159,17 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, proces
         tail = [l for l in (p.stdout + p.stderr).splitlines() if l.strip()][-5:]
         r.message = f"pytest exit code {p.returncode}: " + " | ".join(tail)
     return r
+
+
+def _no_room(tally: Path) -> list[str]:
+    """The laws a judge's run stopped at a case too big for the GPU's free memory (its tally files)."""
+    laws = set()
+    for f in tally.glob("tally-*.json"):
+        try:
+            laws |= set(json.loads(f.read_text()).get("no_room", {}))
+        except (OSError, ValueError):
+            continue
+    return sorted(laws)
 
 
 def _worker_env(processes: int) -> dict:
@@ -257,7 +271,7 @@ def _table(results: list[Result]) -> list[str]:
     for r in results:
         echo = f" ({r.echoes})" if r.echoes else ""
         suite = {"killed": "killed" if counts(r) else "**not counted**", "survived": "**survived**",
-                 "error": "error"}[r.status]
+                 "error": "error"}[r.status] + (f" ({r.message})" if r.status == "survived" and r.message else "")
         original = (r.confirmed if r.confirmed != "yes" else "passes") if r.status == "killed" else "-"
         lines.append(f"| {r.mutant} | {r.lane} | {r.bug}{echo} | {suite} | {r.law or '-'} | "
                      f"{('`' + r.case + '`') if r.case else '-'} | {original} | {r.seconds:.1f} | "
@@ -472,7 +486,7 @@ def _main(*, names: list[str] | None, device: str, profile: str, jobs: int, with
             what = r.status.upper()
         print(f"  [{done}/{len(chosen)}] {r.mutant}: {what} in {r.seconds:.1f} s"
               f"{'; card check: ' + r.baseline if with_baseline else ''}"
-              f"{('  ' + r.message[:160]) if r.status == 'error' else ''}", flush=True)
+              f"{('  ' + r.message[:160]) if r.status in ('error', 'survived') and r.message else ''}", flush=True)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

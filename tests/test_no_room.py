@@ -84,3 +84,16 @@ def test_a_case_the_law_finds_too_big_is_not_a_harness_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: None)
     with pytest.raises(NoRoom, match=r"needs about 17\.0 GiB of free GPU memory, 2\.0 GiB free"):
         cuda.beyond_2_31_elements(_Target(), BIG)
+
+
+def test_a_survivor_whose_suite_stopped_at_a_case_too_big_says_so(tmp_path):
+    """mutate: a mutant that only beyond_2_31_elements kills (fast_int32_row_offsets) survives where the
+    GPU is too full for the law's cases; the score names the law it could not run beside the survivor."""
+    from harness.mutate import _no_room
+
+    t = Tally()
+    t.no_room["beyond_2_31_elements"] = "backward raised OutOfMemoryError: CUDA out of memory"
+    (tmp_path / "tally-1-2.json").write_text(json.dumps(t.to_json()))
+    (tmp_path / "tally-3-4.json").write_text(json.dumps(Tally().to_json()))
+    assert _no_room(tmp_path) == ["beyond_2_31_elements"]
+    assert _no_room(tmp_path / "none") == []
