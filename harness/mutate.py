@@ -42,7 +42,7 @@ from pathlib import Path
 from . import mutants
 from .build import ROOT
 from .locations import command, properties_dir, pytest_args
-from .session import ALONE_ENV, SHARERS_ENV
+from .session import ALONE_ENV, SHARERS_ENV, Tally
 
 KILLS = Path(__file__).resolve().parent / "mutant_kills"  # the kept killing cases: DEVICE/NAME.json
 
@@ -146,7 +146,7 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, proces
     r = Result(m.name, m.lane, m.bug, m.echoes, "error", seconds=dt)
     if p.returncode == 0:
         r.status = "survived"
-        short = _no_room(tally)
+        short = sorted(Tally.read(tally).no_room)
         if short:  # a survivor the suite did not wholly judge: said beside it, never hidden
             r.message = f"not run on this GPU, too little free memory: {', '.join(short)}"
     elif p.returncode == 1:
@@ -159,17 +159,6 @@ def judge(m: mutants.Mutant, *, device: str, profile: str, out_dir: Path, proces
         tail = [l for l in (p.stdout + p.stderr).splitlines() if l.strip()][-5:]
         r.message = f"pytest exit code {p.returncode}: " + " | ".join(tail)
     return r
-
-
-def _no_room(tally: Path) -> list[str]:
-    """The laws a judge's run stopped at a case too big for the GPU's free memory (its tally files)."""
-    laws = set()
-    for f in tally.glob("tally-*.json"):
-        try:
-            laws |= set(json.loads(f.read_text()).get("no_room", {}))
-        except (OSError, ValueError):
-            continue
-    return sorted(laws)
 
 
 def _worker_env(processes: int) -> dict:

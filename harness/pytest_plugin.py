@@ -3,7 +3,6 @@ what was checked, rejected and not run."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 import subprocess
@@ -323,11 +322,8 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
 
 
 def collect_tally() -> "_state.Tally":
-    t = _state.Tally()
     d = os.environ.get("RMSNORM_TALLY_DIR")
-    if d and Path(d).is_dir():
-        for p in sorted(Path(d).glob("tally-*.json")):
-            t.merge(json.loads(p.read_text()))
+    t = _state.Tally.read(Path(d)) if d else _state.Tally()
     _state.adopt_contract(t.contract)
     return t
 

@@ -127,6 +127,15 @@ class Tally:
             "contract": self.contract,
         }
 
+    @classmethod
+    def read(cls, directory: Path) -> "Tally":
+        """The tallies the processes of one run wrote into directory (write_tally), merged; empty where none."""
+        t = cls()
+        if directory.is_dir():
+            for p in sorted(directory.glob("tally-*.json")):
+                t.merge(json.loads(p.read_text()))
+        return t
+
     def merge(self, d: dict) -> None:
         for k, c in d.get("by_law", {}).items():
             self.by_law[k].update(c)
