@@ -12,6 +12,7 @@ every kernel) and runs the forward and backward laws on one case for each launch
 from __future__ import annotations
 
 import os
+import re
 import random
 import shutil
 import subprocess
@@ -172,12 +173,27 @@ def main(spec: str, tools: list[str], count: int | None, paths: tuple[int, ...] 
         tail = out.strip().splitlines()
         summary = summary_line(tail)
         ok = proc.returncode == 0
-        results.append((tool, ok, summary, dt))
-        print(f"{tool:10} {'clean' if ok else 'ERRORS'}  {summary.strip()}  ({dt:.0f} s)", flush=True)
+        verdict = tool_verdict(proc.returncode, tail)
+        results.append((tool, ok, summary, dt, verdict))
+        print(f"{tool:10} {verdict}  {summary.strip()}  ({dt:.0f} s)", flush=True)
         if not ok:
             print("\n".join(tail[-40:]), flush=True)
     bad = [r for r in results if not r[1]]
+    unfinished = "".join(f"; {r[0]} {r[4]}" for r in bad if r[4] != "ERRORS")
     which = f" ({','.join(map(str, paths))})" if paths else ""
     print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {cases} path cases{which} of {spec} "
-          f"(side by side, {max(r[3] for r in results):.0f} s)")
+          f"(side by side, {max(r[3] for r in results):.0f} s){unfinished}")
     return 1 if bad else 0
+
+
+def tool_verdict(returncode: int, tail: list[str]) -> str:
+    """'clean'; 'ERRORS' where the tool reported some (its --error-exitcode, 99); otherwise the run did not
+    finish, and the last exception line its output holds says why (at 89080b8 synccheck's run died of an
+    out-of-memory error in the harness's own tensors, beside a mutate step, and was shown as ERRORS with
+    its summary reading 0 errors). Either way the tool is not clean."""
+    if returncode == 0:
+        return "clean"
+    if returncode == 99:
+        return "ERRORS"
+    why = next((l.strip() for l in reversed(tail) if re.match(r"^[\w.]+(Error|Exception)\b.*:", l.strip())), "")
+    return f"DID NOT FINISH (exit {returncode}{': ' + why[:200] if why else ''})"

@@ -1,7 +1,7 @@
 """compute-sanitizer's output is summarised by its count of errors (the tool itself runs only on
 the GPU lane: `python3 -m harness sanitize`)."""
 
-from harness.sanitize import summary_line
+from harness.sanitize import summary_line, tool_verdict
 
 
 def test_the_summary_is_the_count_not_the_note_after_it():
@@ -13,3 +13,18 @@ def test_the_summary_is_the_count_not_the_note_after_it():
     race = ["rmsnorm sanitize inner: 24 cases", "========= RACECHECK SUMMARY: 20 hazards displayed (22 errors, 38 warnings)"]
     assert summary_line(race) == race[1]
     assert summary_line(["no summary at all"]) == "no summary at all" and summary_line([]) == ""
+
+
+
+def test_a_tool_whose_run_died_did_not_finish_and_is_not_shown_as_errors():
+    # synccheck's tail in the kernel lane at 89080b8 (an 80 GB H100, beside mutate): no error found, and the
+    # run died of an out-of-memory error in the harness's tensors. It read "synccheck  ERRORS".
+    died = ["    ratio = torch.where(use, e / bound.clamp_min(1e-300), 0.0)",
+            "torch.AcceleratorError: CUDA error: out of memory",
+            "Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/...",
+            "========= Target application returned an error", "========= ERROR SUMMARY: 0 errors"]
+    assert tool_verdict(1, died) == "DID NOT FINISH (exit 1: torch.AcceleratorError: CUDA error: out of memory)"
+    assert tool_verdict(139, ["========= ERROR SUMMARY: 0 errors"]) == "DID NOT FINISH (exit 139)"
+    # What the tool found (its --error-exitcode), and a clean run.
+    assert tool_verdict(99, ["========= ERROR SUMMARY: 22 errors"]) == "ERRORS"
+    assert tool_verdict(0, ["========= ERROR SUMMARY: 0 errors"]) == "clean"
