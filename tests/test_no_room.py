@@ -93,18 +93,27 @@ def test_a_big_case_leaves_memory_for_the_other_processes_on_its_gpu(monkeypatch
     process may not allocate into that while it runs."""
     from harness.laws import cuda
 
+    from torch.cuda._utils import _get_device_index
+
     class _Target:
-        device = torch.device("cuda", 0)
+        device = torch.device("cuda")  # as the gate loads a target: no index
 
     class _Props:
         total_memory = 80 << 30
 
+    def set_fraction(fraction, device=None):
+        _get_device_index(device)  # torch's own check: a device without an index is refused
+        assert isinstance(fraction, float) and 0 <= fraction <= 1, fraction
+        caps.append(fraction)
+
     caps, seen = [0.9], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev=None: _Props())
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 2 << 30)
-    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda dev=None: caps[-1], raising=False)
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev=None: caps.append(f))
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction",
+                        lambda dev=None: _get_device_index(dev) * 0 + caps[-1], raising=False)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
     monkeypatch.setattr(cuda, "_beyond_2_31_elements", lambda target, case: seen.append(caps[-1]) or {})
     # 20 GiB free: enough for the case's 17 GiB alone, not with 8 GiB left for the others.
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (20 << 30, 80 << 30))

@@ -52,15 +52,17 @@ def _allocation_cap(dev: torch.device, room: int):
     """This process's caching allocator may hold what it holds now plus `room` bytes, no more, while the
     case runs (torch.cuda.set_per_process_memory_fraction): a target whose allocations would take the
     memory left for the others runs out of memory here instead, in this law, which says so (NoRoom)."""
-    total = torch.cuda.get_device_properties(dev).total_memory
+    # An index, not the target's device: torch's fraction calls refuse a device without one (torch.device("cuda")).
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    total = torch.cuda.get_device_properties(index).total_memory
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    before = getter(dev) if getter is not None else 1.0
-    cap = min(before, (torch.cuda.memory_reserved(dev) + room) / total)
-    torch.cuda.set_per_process_memory_fraction(cap, dev)
+    before = float(getter(index)) if getter is not None else 1.0
+    cap = min(before, float(torch.cuda.memory_reserved(index) + room) / total)
+    torch.cuda.set_per_process_memory_fraction(cap, index)
     try:
         yield
     finally:
-        torch.cuda.set_per_process_memory_fraction(before, dev)
+        torch.cuda.set_per_process_memory_fraction(before, index)
 
 
 @law(cuda=True)
