@@ -172,14 +172,13 @@ def main(spec: str, tools: list[str], count: int | None, paths: tuple[int, ...] 
         dt = time.perf_counter() - t0
         tail = out.strip().splitlines()
         summary = summary_line(tail)
-        ok = proc.returncode == 0
         verdict = tool_verdict(proc.returncode, tail)
-        results.append((tool, ok, summary, dt, verdict))
+        results.append((tool, verdict, summary, dt))
         print(f"{tool:10} {verdict}  {summary.strip()}  ({dt:.0f} s)", flush=True)
-        if not ok:
+        if verdict != "clean":
             print("\n".join(tail[-40:]), flush=True)
-    bad = [r for r in results if not r[1]]
-    unfinished = "".join(f"; {r[0]} {r[4]}" for r in bad if r[4] != "ERRORS")
+    bad = [r for r in results if r[1] != "clean"]
+    unfinished = "".join(f"; {r[0]} {r[1]}" for r in bad if r[1] != "ERRORS")
     which = f" ({','.join(map(str, paths))})" if paths else ""
     print(f"rmsnorm sanitize: {len(results) - len(bad)} of {len(results)} tools clean on {cases} path cases{which} of {spec} "
           f"(side by side, {max(r[3] for r in results):.0f} s){unfinished}")

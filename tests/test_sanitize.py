@@ -15,7 +15,6 @@ def test_the_summary_is_the_count_not_the_note_after_it():
     assert summary_line(["no summary at all"]) == "no summary at all" and summary_line([]) == ""
 
 
-
 def test_a_tool_whose_run_died_did_not_finish_and_is_not_shown_as_errors():
     # synccheck's tail in the kernel lane at 89080b8 (an 80 GB H100, beside mutate): no error found, and the
     # run died of an out-of-memory error in the harness's tensors. It read "synccheck  ERRORS".

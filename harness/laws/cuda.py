@@ -17,13 +17,19 @@ from .registry import law
 _TURN_WAIT_S = 60.0
 
 
+def _gpu_index(dev: torch.device) -> int:
+    """The GPU's index: torch.device("cuda"), as a gate loads a target, has none, and torch's per-device
+    calls (memory fractions) refuse a device without one."""
+    return torch.cuda.current_device() if dev.index is None else dev.index
+
+
 @contextlib.contextmanager
 def _gpu_memory_turn(dev: torch.device):
     """One case of about 17 GiB at a time on a GPU, across every process of the suite on this
     machine (pytest -n K, mutate's judges, a fuzz session beside a gate): without it, two such cases
     at once could find the memory taken and be skipped, or fail to allocate. The memory is handed
     back to the driver before the next process takes its turn."""
-    index = torch.cuda.current_device() if dev.index is None else dev.index
+    index = _gpu_index(dev)
     with contextlib.ExitStack() as stack:
         try:  # waiting stays well inside the worker's hang limit
             stack.enter_context(build.file_lock(build.work_root() / "locks" / f"gpu{index}-big-cases.lock",
@@ -52,8 +58,7 @@ def _allocation_cap(dev: torch.device, room: int):
     """This process's caching allocator may hold what it holds now plus `room` bytes, no more, while the
     case runs (torch.cuda.set_per_process_memory_fraction): a target whose allocations would take the
     memory left for the others runs out of memory here instead, in this law, which says so (NoRoom)."""
-    # An index, not the target's device: torch's fraction calls refuse a device without one (torch.device("cuda")).
-    index = torch.cuda.current_device() if dev.index is None else dev.index
+    index = _gpu_index(dev)
     total = torch.cuda.get_device_properties(index).total_memory
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     before = float(getter(index)) if getter is not None else 1.0
@@ -91,14 +96,14 @@ def no_room(e: Exception, free: int, case: Case) -> "NoRoom | None":
     text = str(e).strip()
     if not isinstance(e, torch.cuda.OutOfMemoryError) and "OutOfMemoryError" not in text:
         return None
-    tensor = case.numel * torch.empty((), dtype=case.torch_dtype).element_size() / 2**30
+    tensor = case.numel * case.torch_dtype.itemsize / 2**30
     first = text.splitlines()[0][:240] if text else type(e).__name__
     return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, {LEFT_FOR_OTHERS / 2**30:.0f} GiB of it "
                   f"left for the other processes on this GPU; the case's tensors take {tensor:.1f} GiB each)")
 
 
 def _check_room(case: Case, free: int, room: int) -> None:
-    elsize = torch.empty((), dtype=case.torch_dtype).element_size()
+    elsize = case.torch_dtype.itemsize
     need = 4 * case.numel * elsize + 8 * case.rows + (1 << 30)
     if room < need:
         raise NoRoom(f"the case needs about {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free, "
