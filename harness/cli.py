@@ -37,6 +37,10 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--n-multiple-of", type=int, default=None, metavar="K",
                    help="N must be a multiple of K (kernels that need aligned rows)")
     c.add_argument("--no-zero-rows", action="store_true", help="inputs with zero rows are not supported")
+    c.add_argument("--exclude", action="append", default=None, metavar="CLASS",
+                   help="a class of inputs not supported, repeatable: one condition or two joined by '&' "
+                        "(dtype=D, weight_dtype=D, layout=L, weight_layout=L, n>M, n%%K, zero_rows), e.g. "
+                        "'dtype=bfloat16&n%%2' for an even N in bfloat16")
     p.add_argument("--require", default=None, metavar="LAWS",
                    help="optional laws the target is held to, comma-separated: deterministic, batch-invariant, or "
                         "none (default: both for this project and its mutants, none for other targets)")
@@ -62,7 +66,7 @@ def _apply_env(args) -> None:
     from .contract import ENV, from_args
 
     declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows,
-                         args.n_multiple_of, args.max_row_bytes, args.weight_layouts)
+                         args.n_multiple_of, args.max_row_bytes, args.weight_layouts, args.exclude)
     if declared is not None:
         import json
 
@@ -343,6 +347,21 @@ def cmd_replay(args) -> int:
     r.start()
     try:
         v = r.check(entry.law, entry.case)
+        from .session import REFUSED
+
+        if v.status == "rejected" and REFUSED in (entry.error or ""):
+            # The saved failure is a refusal that no class of inputs explained: judged again, by asking
+            # the target about the cases around it (harness.refusals).
+            from .refusals import Inference
+
+            def ask(law, case):
+                verdict = r.check(law, case)
+                return verdict.status, verdict.message
+
+            finding = Inference(has_backward=bool(r.info.get("has_backward"))).judge(entry.law, entry.case,
+                                                                                     v.message, ask)
+            if not finding.explained_by:
+                v = type(v)("crash", f"{REFUSED}: {v.message.splitlines()[0]}\n  {finding.message}", v.facts)
     finally:
         r.stop()
     if v.status == "no_room":
