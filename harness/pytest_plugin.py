@@ -236,10 +236,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
     if t.by_law and checked == 0:  # a target that rejects everything must not look green
         session.config._rmsnorm_nothing_checked = True
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if too_few_checked(t) or never_checked(t):
+    if too_few_checked(t) or t.contradicted:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     reasons = ([f"{len(too_few_checked(t))} law(s) checked too few cases"] if too_few_checked(t) else []) + \
-              (["a dtype, weight or layout never checked"] if never_checked(t) else []) + \
+              (["a class of refusals was contradicted by an accepted case"] if t.contradicted else []) + \
               (["the target rejected every case"] if t.by_law and checked == 0 else [])
     COVERAGE_VERDICT.clear()
     COVERAGE_VERDICT.extend(reasons)  # what the command's verdict line says, when no test failed
@@ -277,30 +277,6 @@ def coverage_floor() -> int:
     return {"gate": 20, "ci": 20, "dev": 5}.get(name, 0)
 
 
-CONTRACT_CATEGORIES = ("dtype", "weight", "layout")
-
-
-def never_checked(t) -> list[str]:
-    """Under a coverage floor and without a declared contract: the dtypes, weight dtypes and
-    layouts the target refused every time (3 cases or more). A gate cannot pass what it never
-    checked; a target that refuses them by design declares so (harness.contract)."""
-    if coverage_floor() == 0:
-        return []
-    try:
-        if _state.contract().declared:
-            return []
-    except Exception:  # noqa: BLE001 - the target did not load
-        return []
-    out = {}
-    for cause, _, cat_vals, _ in _state.refusal_causes(t):
-        for cat_val in cat_vals:
-            cat = cat_val.split(" ")[0]
-            if cat in CONTRACT_CATEGORIES:
-                k = sum(1 for c, cats, _ in t.refusals if c == cause and f"{cat} {cats[cat]}" == cat_val)
-                out[cat_val] = out.get(cat_val, 0) + k
-    return [f"{cv} ({k} case(s), every one refused)" for cv, k in sorted(out.items())]
-
-
 def too_few_checked(t) -> list[tuple[str, int, int, int]]:
     """(law, checked, drawn, needed) for each law under the floor; a law with a small budget of
     its own needs half of what it drew."""
@@ -308,6 +284,8 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
     out = []
     for law in sorted(set(t.by_law) | set(t.cut_short) | set(t.applies)):
         if law in t.no_room:  # not run on this GPU: said on a line of its own, neither passed nor failed
+            continue
+        if law in nothing_inside(t):  # the contract leaves it nothing to draw: not applicable, said apart
             continue
         c = t.by_law.get(law, {})
         total = sum(c.values())
@@ -319,6 +297,13 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
         if checked < need:
             out.append((law, checked, total, need))
     return out
+
+
+def nothing_inside(t) -> list[str]:
+    """Laws every case of which lay outside the contract (declared or inferred): the contract leaves
+    them nothing to draw, so they are not applicable, whatever the coverage floor."""
+    return sorted(law for law in t.outside_contract
+                  if law not in t.cut_short and not sum(t.by_law.get(law, {}).values()))
 
 
 def collect_tally() -> "_state.Tally":
@@ -360,22 +345,19 @@ def summary_lines(t: "_state.Tally", skipped: list[tuple[str, str]]) -> list[str
     for f in _state.unfinished_failures(t):
         lines.append(f"FAILED {f['law']} [{f['status']}], stopped while shrinking: {f['message']}; its first failing "
                      f"case (not shrunk) is saved: {f['file']}; replay: {command()} replay {f['file']}")
-    refusals = _state.explain_refusals(t)
-    if refusals:
-        n = len(t.refusals)
-        try:
-            declared = _state.contract().declared
-        except Exception:  # noqa: BLE001 - the target did not load
-            declared = False
-        allowed = ("allowed for a weight that is not contiguous where the contract names no weight layouts"
-                   if declared else "allowed without a declared contract")
-        lines.append(f"refused by the target ({n} case(s); {allowed}, but not checked):")
-        lines += refusals
-    unchecked = never_checked(t)
-    if unchecked:
-        lines.append("FAIL coverage: never checked, every case refused: " + "; ".join(unchecked)
-                     + ". If that is by design, declare the contract (--dtypes/--weight-dtypes/--layouts, or "
-                     "RMSNORM_CONTRACT in the module) and the gate draws only inside it")
+    if t.refusals and not t.classes:  # with classes inferred, their lines below say it all
+        from collections import Counter as _Counter
+
+        causes = _Counter(cause for cause, _, _ in t.refusals)
+        lines.append(f"refused by the target ({len(t.refusals)} case(s), not checked; each explained by a class of "
+                     "inputs, or a weight that is not contiguous where a declared contract names no weight layouts):")
+        lines += [f"  {k} refused with \"{cause}\"" for cause, k in causes.most_common(8)]
+    from .refusals import report_lines
+
+    lines += report_lines(t.classes, t.contradicted)
+    for law in nothing_inside(t):
+        lines.append(f"not applicable: {law} (every case it drew lies outside the contract, which leaves it nothing "
+                     "to draw)")
     if t.outside_contract:
         n = sum(len(v) for v in t.outside_contract.values())
         lines.append(f"saved cases outside the declared contract, not applicable (not judged; each law drew its own): "

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import corpus
 from .locations import command
 from .cases import Case
+from .refusals import OWN_INPUT_LAWS, Inference, cause_of
 from .target import default_device, identity_of, parse_spec
 from .worker import HarnessError, Runner, Verdict, lane_of
 
@@ -69,6 +70,10 @@ class Tally:
         # The contract the target was held to (Contract.to_json), as a worker learned it: the
         # process that reports (an xdist controller) need not load the target to ask.
         self.contract: dict | None = None
+        # Without a declared contract: the classes of inputs that explained the target's refusals
+        # (harness.refusals), per direction, and the classes an accepted case later fell in.
+        self.classes: dict[str, dict[str, dict]] = {}
+        self.contradicted: list[str] = []
 
     def add_calls(self, calls) -> None:
         for n, first, secs in calls or ():
@@ -93,7 +98,7 @@ class Tally:
                 self.worst_error[key] = (float(units), law, case.short())
         if v.status == "rejected":
             self.refusals.append((cause_of(v.message), case.categories(), case.n))
-        else:
+        elif v.status in ("pass", "fail"):
             self.accepted.append((case.categories(), case.n))
         for k, val in case.categories().items():
             self.seen_by_cat[k][val] += 1
@@ -125,6 +130,8 @@ class Tally:
             "errors": {d: dict(outs) for d, outs in self.errors.items()},
             "worst_error": self.worst_error,
             "contract": self.contract,
+            "classes": self.classes,
+            "contradicted": self.contradicted,
         }
 
     @classmethod
@@ -154,6 +161,10 @@ class Tally:
         self.worker.update(d.get("worker", {}))
         if d.get("contract") is not None:
             self.contract = d["contract"]
+        from .refusals import merge_classes
+
+        merge_classes(self.classes, d.get("classes", {}))
+        self.contradicted += [c for c in d.get("contradicted", []) if c not in self.contradicted]
         self.cut_short.update(d.get("cut_short", {}))
         for law, why in d.get("no_room", {}).items():
             self.no_room.setdefault(law, why)
@@ -205,65 +216,9 @@ NEW_SIGNATURE_ONE_IN = 16  # once a target is seen compiling: how often a case b
 SIGNATURE_POOL = 8  # and of how many signatures (per law, the first drawn that fit it) the others pick one
 
 
-def cause_of(message: str) -> str:
-    """A refusal's message with numbers blanked, so refusals of one kind group together."""
-    import re
-
-    first = message.strip().splitlines()[0] if message.strip() else "(no message)"
-    return re.sub(r"(?<![A-Za-z_\d])\d+(\.\d+)?(e[+-]?\d+)?", "N", first)[:200]
-
-
-def refusal_causes(t: "Tally") -> list[tuple[str, int, list[str], str]]:
-    """(refusal message with numbers blanked, how many, the category values that explain it, the
-    explanation or "") for each kind of refusal, most frequent first. The explanation is the
-    smallest thing every such case shares and no accepted case has: one category value; else a
-    category whose values accepted and refused never meet, the fewest accepted ("layout: only
-    contiguous, offset accepted"); else N past the largest N accepted. Not a cross-table of every
-    category."""
-    from collections import defaultdict as dd
-
-    groups: dict[str, list] = dd(list)
-    for cause, cats, n in t.refusals:
-        groups[cause].append((cats, n))
-    out = []
-    for cause, cases in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        cat_vals: list[str] = []
-        why = ""
-        for cat in cases[0][0]:
-            vals = {c[cat] for c, _ in cases}
-            if len(vals) == 1:
-                val = vals.pop()
-                if not any(a[cat] == val for a, _ in t.accepted):
-                    cat_vals, why = [f"{cat} {val}"], f"{cat} {val} (every such case refused)"
-                    break
-        if not cat_vals:  # a category whose accepted values the refused cases never have: the fewest accepted
-            splits = []
-            for cat in cases[0][0]:
-                accepted = {a[cat] for a, _ in t.accepted}
-                refused = {c[cat] for c, _ in cases}
-                if accepted and not accepted & refused:
-                    splits.append((len(accepted), cat, accepted, refused))
-            if splits:
-                _, cat, accepted, refused = min(splits, key=lambda s: s[0])
-                cat_vals = [f"{cat} {v}" for v in sorted(refused)]
-                why = (f"{cat}: only {', '.join(sorted(accepted))} accepted ({', '.join(sorted(refused))} refused "
-                       "every time)")
-        largest = max((n for _, n in t.accepted), default=None)
-        if not why and largest is not None and min(n for _, n in cases) > largest:
-            why = f"N >= {min(n for _, n in cases)} (the smallest N refused; the largest accepted: {largest})"
-        out.append((cause, len(cases), cat_vals, why))
-    return out
-
-
-def explain_refusals(t: "Tally") -> list[str]:
-    """One line per kind of refusal: how many, and what explains it (refusal_causes)."""
-    return [f"  {k} refused with \"{cause}\": " + (f"explained by {why}" if why else "no single category explains it")
-            for cause, k, _, why in refusal_causes(t)]
-
-
 # Laws that run the target in another dtype than the case's (gradcheck: float64, else float32),
 # so a refusal there says nothing about the case's dtype, nor about the declared dtypes.
-_OWN_DTYPE_LAWS = ("gradcheck",)
+_OWN_DTYPE_LAWS = OWN_INPUT_LAWS
 # The value patterns whose errors make the accuracy figure. The others (huge, tiny, spikes, constant
 # rows, grad_out like y) are judged as strictly, but an error relative to a row's largest value
 # there measures the input (a gradient that cancels to almost nothing), not the target.
@@ -357,7 +312,7 @@ def stop_runner() -> None:
 
 def contract():
     """The target's contract: from the command line or RMSNORM_CONTRACT, else what its module
-    declares (asked of the worker), else none declared."""
+    declares (asked of the worker), else the one inferred so far from its refusals (harness.refusals)."""
     global _CONTRACT
     if _CONTRACT is None:
         from .contract import Contract, from_env
@@ -367,7 +322,33 @@ def contract():
             declared = runner().info.get("contract")
             c = Contract.from_dict(declared, f"declared by {target_spec()}") if declared else Contract()
         _CONTRACT = c
+    if not _CONTRACT.declared and _INFERENCE is not None and (_INFERENCE.classes["forward"]
+                                                              or _INFERENCE.classes["backward"]):
+        return _INFERENCE.contract()
+    if _WEIGHTS_REFUSED:  # the weight layouts a declared contract lets the target refuse, once refused
+        import dataclasses
+
+        return dataclasses.replace(_CONTRACT, exclude=_CONTRACT.exclude + tuple(sorted(_WEIGHTS_REFUSED)))
     return _CONTRACT
+
+
+_WEIGHTS_REFUSED: set[str] = set()
+
+def declared_contract():
+    """The contract declared for the target (or none declared): fixed for the whole run, unlike contract()."""
+    contract()
+    return _CONTRACT
+
+
+_INFERENCE: Inference | None = None
+
+
+def inference() -> Inference:
+    """This process's evidence of what the target accepts and refuses, and the classes it established."""
+    global _INFERENCE
+    if _INFERENCE is None:
+        _INFERENCE = Inference(has_backward=bool(runner().info.get("has_backward", True)))
+    return _INFERENCE
 
 
 def adopt_contract(d: dict | None) -> None:
@@ -407,33 +388,6 @@ def compiles() -> bool:
     return _COMPILING["seen"]
 
 
-_STEER_CACHE: dict = {"key": None, "avoid": set()}
-
-
-def steer(case: Case) -> bool:
-    """Without a declared contract: whether to keep a drawn case. A category value that explains
-    a kind of refusal (refusal_causes: every such case refused, 3 or more, none accepted) is drawn
-    only 1 time in 32, so that drawing goes where the target accepts and what it refuses is still
-    watched. Values merely shared with refused cases (their layout, their rank) are not avoided.
-    Inside a declared contract that does not name weight layouts, the same for the weight layouts
-    refused (the one refusal such a contract allows)."""
-    c = contract()
-    if c.declared and c.weight_layouts is not None:
-        return True
-    key = (id(TALLY), len(TALLY.refusals), len(TALLY.accepted))
-    if _STEER_CACHE["key"] != key:
-        _STEER_CACHE["avoid"] = {cv for _, k, cvs, _ in refusal_causes(TALLY) if k >= 3 for cv in cvs}
-        _STEER_CACHE["key"] = key
-    avoid = _STEER_CACHE["avoid"]
-    if c.declared:  # only a weight layout may be refused inside a declared contract that does not name them
-        avoid = {cv for cv in avoid if cv.startswith("weight_layout ") and cv != "weight_layout contiguous"}
-    if not avoid or not any(f"{cat} {val}" in avoid for cat, val in case.categories().items()):
-        return True
-    import zlib
-
-    return zlib.crc32(case.to_json().encode()) % 32 == 0  # the 1 in 32 kept, the same on every run
-
-
 def identity() -> dict:
     global _IDENTITY
     if _IDENTITY is None:
@@ -460,11 +414,12 @@ def check(law: str, case: Case) -> Verdict:
     _require(law, r.info)
     TALLY.applies.add(law)
     c = contract()
-    if c.declared and not c.allows(case):
-        # Only a saved case (this target's from a wider run, or a seed from another) can lie outside
-        # the contract: the strategies draw inside it. It is not this run's business, and it must not
-        # end the law (that once skipped the whole test, and the gate passed on three laws): counted,
-        # named in the report, and the law goes on to draw its own cases.
+    if (c.declared or c.inferred) and not c.allows(case):
+        # A saved case (this target's from a wider run, or a seed from another) can lie outside the
+        # contract, and so can a case drawn where the contract leaves a law nothing else: the strategies
+        # draw inside it otherwise. It is not this run's business, and it must not end the law (that
+        # once skipped the whole test, and the gate passed on three laws): counted, named in the report,
+        # and the law goes on to draw its own cases.
         name = f"{list(case.shape)} {case.dtype}/w:{case.weight_dtype} {case.layout}"
         if name not in TALLY.outside_contract[law]:
             TALLY.outside_contract[law].append(name)
@@ -488,6 +443,12 @@ def check(law: str, case: Case) -> Verdict:
         # be refused where the contract does not name weight layouts (harness.contract).
         v = Verdict("fail", f"{v.message}\n  (refused an input inside the target's {c.describe().split(' (drawn')[0]})"
                             f"\n  case: {case.short()}", v.facts, v.seconds)
+    elif v.status == "rejected" and c.declared:
+        _WEIGHTS_REFUSED.add(f"weight_layout={case.weight_layout}")  # allowed: drawn no more in this run
+    elif v.status == "rejected" and not c.declared and law not in OWN_INPUT_LAWS:
+        v = _judge_refusal(law, case, v, r)
+    if v.status in ("pass", "fail"):
+        inference().note(law, case, v.status)
     TALLY.add(law, case, v)
     if v.status in ("pass", "rejected"):
         return v
@@ -509,6 +470,26 @@ def check(law: str, case: Case) -> Verdict:
         except OSError as e:
             message += f"\n  (could not save the case: {e})"
     _raise_failure(message)
+
+
+def _judge_refusal(law: str, case: Case, v: Verdict, r: Runner) -> Verdict:
+    """Without a declared contract: the refusal stands where a class of inputs explains it
+    (harness.refusals), and is the law's failure where none does: a crash on a valid input."""
+    inf = inference()
+    inf.note(law, case, "rejected", v.message)
+
+    def ask(other_law: str, other: Case) -> tuple[str, str]:
+        verdict = r.check(other_law, other, deadline=_budget_end(law))
+        return verdict.status, verdict.message
+
+    finding = inf.judge(law, case, v.message, ask)
+    first = v.message.strip().splitlines()[0] if v.message.strip() else "(no message)"
+    if finding.explained_by:
+        return Verdict("rejected", f"{first} ({finding.message})", v.facts, v.seconds)
+    return Verdict("crash", f"{REFUSED}: {first}\n  {finding.message}\n  case: {case.short()}", v.facts, v.seconds)
+
+
+REFUSED = "crashed on a valid input"  # how a refusal that no class explains is told (replay looks for it)
 
 
 ALONE_ENV = "RMSNORM_REPLAY_ALONE"  # "0": a failing case is not run again alone (mutate, which stops at the first)
@@ -550,7 +531,9 @@ def _save_final(law: str, case: Case, v: Verdict, message: str) -> str:
     failure = {"law": law, "status": v.status, "file": str(path), "message": v.message, "case": case.to_dict()}
     TALLY.failures.append(failure)
     alone = _alone(law, case) if v.status in ("fail", "crash") else None  # a hang would cost its timeout again
-    if alone is not None and alone.status in ("pass", "rejected"):
+    # A refusal no class explains is the failure itself: refused alone too, it reproduces.
+    reproduced = alone is not None and alone.status == "rejected" and REFUSED in (v.message or "")
+    if alone is not None and alone.status in ("pass", "rejected") and not reproduced:
         failure["alone"] = alone.status
         message += "\n  " + NOT_ALONE.format(verdict="passes" if alone.status == "pass" else "is refused")
         try:
@@ -577,6 +560,9 @@ def _require(law: str, info_: dict) -> None:
     t = SimpleNamespace(is_cuda=info_["device"].startswith("cuda"), has_ops=info_["has_ops"],
                         has_backward=info_["has_backward"], spec=target_spec())
     why = LAWS[law].applicable(t)
+    if not why:
+        nothing = contract().leaves_nothing_for(law, bool(info_["has_backward"]))
+        why = f"not applicable: {nothing}" if nothing else None
     if why:
         try:
             import pytest
@@ -656,6 +642,12 @@ def write_tally(directory: Path) -> Path:
         TALLY.worker = Counter(restarts=_RUNNER.restarts, kept=_RUNNER.kept_after_crash)
     if _CONTRACT is not None:
         TALLY.contract = _CONTRACT.to_json()
+    if _INFERENCE is not None:
+        TALLY.classes = {}
+        from .refusals import merge_classes
+
+        merge_classes(TALLY.classes, _INFERENCE.classes)
+        TALLY.contradicted = list(_INFERENCE.contradicted)
     p = directory / f"tally-{os.getpid()}-{int(time.time() * 1000)}.json"
     p.write_text(json.dumps(TALLY.to_json()))
     return p
