@@ -10,6 +10,7 @@ import torch
 from harness import corpus
 from harness.build import ROOT
 from harness.cases import Case
+from harness.contract import Contract
 from tests._run import run
 
 
@@ -57,18 +58,18 @@ def test_a_build_that_compiled_and_imported_before_is_not_checked_again_in_a_pro
     assert cli._built_before("project") is None  # the toolchain not probed yet: its flags, in the key, unknown
 
 
-@pytest.mark.slow("the example's whole gate passing, then its coverage failure (83 s)")
-def test_the_example_passes_with_its_contract_and_fails_coverage_without(tmp_path):
+@pytest.mark.slow("the example's whole gate passing, then two laws with its contract inferred (83 s)")
+def test_the_example_passes_with_its_contract_declared_or_inferred(tmp_path):
     code, out = gate("--target", "examples/float32_only", "--dtypes", "float32", "--corpus", str(tmp_path))
     assert code == 0, out[-3000:]
     assert "contract (command line): dtypes float32" in out
-    # Without the contract: two laws show the coverage failure as well as every law would (the whole
-    # gate took 128-161 s on the 2-core CI machine; the passing run above keeps every law).
+    # Without the contract: its refusals of every other dtype are each a whole class, so the gate
+    # infers the contract, says how to declare it, and draws inside it (two laws show it).
     code, out = gate("--target", "examples/float32_only", "--corpus", str(tmp_path), "--", "-k",
                      "test_forward_matches_reference or test_rows_independent")
-    assert code == 1, out[-3000:]
-    assert "FAIL coverage: never checked, every case refused: dtype bfloat16" in out, out[-3000:]
-    assert "explained by dtype float64 (every such case refused)" in out, out[-3000:]
+    assert code == 0, out[-3000:]
+    assert "forward refuses dtype=bfloat16: " in out and "forward refuses dtype=float64: " in out, out[-3000:]
+    assert "declare it with --dtypes float32" in out, out[-3000:]
 
 
 @pytest.mark.slow("a whole gate of a module declaring float32, then a short one that must fail (72 s beside other tests)")
@@ -80,12 +81,11 @@ def test_a_contract_declared_by_the_module_is_drawn_inside_and_held_to(tmp_path)
     assert code == 1 and "refused an input inside the target's contract" in out, out[-3000:]
 
 
-def test_too_few_cases_checked_fails_and_the_refusal_is_explained(tmp_path):
+def test_the_longest_row_accepted_is_inferred_from_refusals(tmp_path):
     code, out = gate("--target", "module:tests.targets.short_rows", "--corpus", str(tmp_path), "--",
                      "-k", "test_forward_matches_reference or test_rows_independent")
-    assert code == 1, out[-3000:]
-    assert "too few cases checked" in out and "(the smallest N refused; the largest accepted: " in out, out[-3000:]
-    assert "FAIL coverage" not in out, out[-3000:]  # N explains the refusals, not a dtype or a layout
+    assert code == 0, out[-3000:]
+    assert "forward refuses n>4: " in out and "declare it with --max-n 4, or" in out, out[-3000:]
 
 
 def test_a_failure_is_one_quiet_block_and_its_case_lands_in_the_targets_folder(tmp_path):
@@ -134,21 +134,33 @@ def test_a_single_element_is_named_as_such():
     assert "1 of 1 compared elements wrong; the element: expected 2" in str(m), m
 
 
-def test_drawing_steers_away_from_what_is_always_refused(monkeypatch):
-    from harness import session
-    from harness.contract import Contract
-    from harness.worker import Verdict
+def test_drawing_stays_inside_the_contract_inferred_so_far(monkeypatch):
+    from hypothesis import HealthCheck, given, settings
 
-    monkeypatch.setattr(session, "_CONTRACT", Contract())  # none declared
-    monkeypatch.setattr(session, "TALLY", session.Tally())
-    for seed in range(3):
-        session.TALLY.add("forward_matches_reference", Case(shape=(2, 3), dtype="float64", seed=seed),
-                          Verdict("rejected", "forward raised TypeError: no float64"))
-    kept = [session.steer(Case(shape=(2, 3), dtype="float64", seed=s)) for s in range(256)]
-    assert 0 < sum(kept) < 256 // 8, sum(kept)  # watched 1 time in 32, not drawn the rest
-    assert all(session.steer(Case(shape=(2, 3), dtype="float32", seed=s)) for s in range(32))
-    monkeypatch.setattr(session, "_CONTRACT", Contract(dtypes=("float64",), source="command line"))
-    assert all(session.steer(Case(shape=(2, 3), dtype="float64", seed=s)) for s in range(32))
+    from harness import session
+    from harness.refusals import Inference
+    from properties import strategies
+
+    inf = Inference()
+    inf.classes["forward"] = {c: {"cause": "x", "count": 1, "example": "", "simplest": ""}
+                              for c in ("dtype=float64", "dtype=bfloat16&n%2", "n>300", "layout=transposed")}
+    monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
+    monkeypatch.setattr(session, "_CONTRACT", Contract())
+    monkeypatch.setattr(session, "_INFERENCE", inf)
+    monkeypatch.setattr(session, "compiles", lambda: False)
+    drawn = []
+
+    @settings(max_examples=150, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategies.strategy_for("forward_matches_reference"))
+    def draw(case):
+        drawn.append(case)
+
+    draw()
+    assert drawn and all(session.contract().allows(c) for c in drawn), [c.short() for c in drawn
+                                                                        if not session.contract().allows(c)][:3]
+    assert not any(c.dtype == "float64" or c.n > 300 or c.layout == "transposed" for c in drawn)
+    assert any(c.dtype == "bfloat16" for c in drawn) and not any(c.dtype == "bfloat16" and c.n % 2 for c in drawn)
 
 
 def test_gradcheck_refusals_are_not_counted_under_the_drawn_dtype():
