@@ -32,22 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 def _read_flush_ms(fn, reps: int = 50) -> float:
-    """Median ms of fn with the L2 flushed by a read of 256 MB (no dirty lines left behind)."""
+    """Median ms of fn with the L2 flushed by a read of 256 MB (no dirty lines left behind), in the bench's
+    timing loop."""
     import torch
 
+    from harness import bench
+
     cache = torch.ones(64 << 20, dtype=torch.int32, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        cache.sum()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return bench.flushed_ms(fn, cache.sum, reps=reps, warmup=3)
 
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
