@@ -13,7 +13,7 @@ each, its "(kernels)" row: the span of its kernels on the GPU as the profiler re
 kernel's start to the last one's end, the median of 20 calls, each after the same flush), which leaves
 out what the events time around the kernels: a fixed part that stays in that row is inside the
 kernels (the first wave's fill, the last wave's drain), one that goes is the launch. A script, not a
-test; its output is committed beside it (benchmarks/ceilings-h200.txt).
+test; its output is committed under benchmarks/results/ (h200/ceilings-h200.txt).
 
   python3 benchmarks/ceilings.py [--dtypes bfloat16,float32] [--n 1024,4096,16384,65536,262144] [--peers liger]
   python3 benchmarks/ceilings.py --n 65536,131072,262144 --log2-elements 24-28 --spans

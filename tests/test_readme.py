@@ -42,18 +42,18 @@ def test_the_card_snippet_runs_against_this_extension():
 
 
 def test_the_speed_tables_are_rows_of_the_committed_bench():
-    bench = (ROOT / "benchmarks" / "bench-h200.md").read_text()
+    bench = (ROOT / "benchmarks" / "results" / "h200" / "bench-h200.md").read_text()
     speed = README.split("## Speed", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in speed.splitlines() if re.match(r"\| \d+ \|", line)]
     assert len(rows) >= 10, speed
     for row in rows:
-        assert row in bench, f"README row not in benchmarks/bench-h200.md: {row}"
+        assert row in bench, f"README row not in benchmarks/results/h200/bench-h200.md: {row}"
 
 
 def test_the_first_hour_figures_are_the_measured_ones():
     if os.environ.get("RMSNORM_TIMING_FIRST_HOUR"):
         pytest.skip("this run is the one benchmarks/first_hour.py times: its figures are checked once written")
-    measured = (ROOT / "benchmarks" / "first-hour-cpu.txt").read_text()
+    measured = (ROOT / "benchmarks" / "results" / "cpu" / "first-hour-cpu.txt").read_text()
     times = dict(re.findall(r"^(gate|tests): ([0-9]+ min [0-9]+ s|[0-9]+ s), exit 0:", measured, re.M))
     assert set(times) == {"gate", "tests"}, measured
     first_screen = README.split("## What is here", 1)[0]
