@@ -30,10 +30,10 @@ def test_the_usage_snippet_runs():
 
 def test_the_card_snippet_runs_against_this_extension():
     # What it runs: where no GPU is, the CPU build (RMSNORM_BUILD=cpu, as tests/test_install.py runs it).
-    # The CUDA objects of the same sources.txt are compiled by the session's build of the project, by
+    # The CUDA objects of the same sources.txt are compiled by the test run's build of the project, by
     # tests/test_cmake.py and by tests/test_kernel_resources.py; compiling them a fourth time here for a
-    # snippet that cannot run them cost about 50 s of CPU on the 2-core CI machine (84 s in the test line
-    # at 118622e, 49 s at e413595; 26 s alone), so it is no longer marked slow.
+    # snippet that cannot run them cost about 50 s of CPU on the 2-core CI machine, more than the test
+    # itself, so it is no longer marked slow.
     import torch
 
     env = None if torch.cuda.is_available() else {"RMSNORM_BUILD": "cpu"}
