@@ -21,8 +21,8 @@ pytest_plugins = [] if plugin_installed() else ["harness.pytest_plugin"]
 # time, in the order collected. pytest-xdist's own order (most tests first) left the install test's
 # 205 s to run last, alone, while the other worker had nothing left (68 s of one core idle on the
 # 2-core CI machine). The longest files first instead, by their test durations summed in one run of
-# the test line there (seconds, at 31f9ae0, a fresh clone; test_cmake and test_fuzz were cut since, so
-# they come later than that run put them); the rest after them in their own order.
+# the test line there (seconds, a fresh clone; test_cmake and test_fuzz were cut after that run, so
+# they come later than it put them); the rest after them in their own order.
 LONGEST_FIRST = ("tests/test_mutants.py",  # 298
                  "tests/test_install.py",  # 249
                  "tests/test_peers.py",  # 220

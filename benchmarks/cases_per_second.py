@@ -1,5 +1,5 @@
 """Benchmark of the suite itself: cases per second for each law through the worker, and the
-gate's wall time, on this machine's lane. A script, not a test; its output is committed beside it.
+gate's wall time, on this machine's lane. A script, not a test; its output is committed under benchmarks/results/.
 
   python benchmarks/cases_per_second.py [--cases 30] [--device cpu|cuda] [--no-gate] [--gate-log FILE]
 
@@ -60,7 +60,7 @@ def main() -> int:
     device = args.device or default_device()
     r = Runner("project", device)
     r.start()
-    commit = cli.commit(ignore=("benchmarks/*.txt",))  # its own output does not make the tree dirty
+    commit = cli.commit(ignore=("benchmarks/results/*",))  # its own output does not make the tree dirty
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"
     print(f"# suite speed, lane {lane_of(device)} ({gpu}), torch {torch.__version__}, commit {commit}, "
           f"python {platform.python_version()}")

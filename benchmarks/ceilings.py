@@ -13,7 +13,7 @@ each, its "(kernels)" row: the span of its kernels on the GPU as the profiler re
 kernel's start to the last one's end, the median of 20 calls, each after the same flush), which leaves
 out what the events time around the kernels: a fixed part that stays in that row is inside the
 kernels (the first wave's fill, the last wave's drain), one that goes is the launch. A script, not a
-test; its output is committed beside it (benchmarks/ceilings-h200.txt).
+test; its output is committed under benchmarks/results/ (h200/ceilings-h200.txt).
 
   python3 benchmarks/ceilings.py [--dtypes bfloat16,float32] [--n 1024,4096,16384,65536,262144] [--peers liger]
   python3 benchmarks/ceilings.py --n 65536,131072,262144 --log2-elements 24-28 --spans
@@ -32,22 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 def _read_flush_ms(fn, reps: int = 50) -> float:
-    """Median ms of fn with the L2 flushed by a read of 256 MB (no dirty lines left behind)."""
+    """Median ms of fn with the L2 flushed by a read of 256 MB (no dirty lines left behind), in the bench's
+    timing loop."""
     import torch
 
+    from harness import bench
+
     cache = torch.ones(64 << 20, dtype=torch.int32, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        cache.sum()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return bench.flushed_ms(fn, cache.sum, reps=reps, warmup=3)
 
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:

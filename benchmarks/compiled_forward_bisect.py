@@ -4,7 +4,7 @@ bench's peer) beside Triton kernels rebuilt from it, from its own shape (two pas
 eviction policies of its loads of x switched (first pass / second pass; `-`: none), and this project's module.
 Timed as harness bench times them (``harness.bench.time_ms``: the same x every call, the L2 flushed by zeroing
 256 MB before each), twice; each output checked against a float64 reference first. Fractions of the copy ceiling.
-A script, not a test; its output (on the kernels before e839fd8) is in benchmarks/profile-h200.md.
+A script, not a test; its output (on the kernels before e839fd8) is in benchmarks/results/h200/profile-h200.md.
 
   python3 benchmarks/compiled_forward_bisect.py      (a CUDA GPU, Triton)
 """

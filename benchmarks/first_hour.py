@@ -2,7 +2,7 @@
 the top of its README (install and run the gate; install and run the tests), as written, from
 the clone's root, and write how long each took and how it ended.
 
-    python3 benchmarks/first_hour.py --out benchmarks/first-hour-cpu.txt
+    python3 benchmarks/first_hour.py --out benchmarks/results/cpu/first-hour-cpu.txt
 
 The clone (of the committed HEAD) lives in a temporary folder that is removed afterwards, and the
 commands run in a virtual environment made there that sees this Python's packages (so what is

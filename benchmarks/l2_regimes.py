@@ -10,7 +10,7 @@ the users' path (the RMSNorm module under no_grad) four ways, as fractions of th
                microseconds for the two, so that what the forward leaves in L2 for the next kernel shows
 
 With --compiled, torch.compile of LlamaRMSNorm is timed beside the first variant. A script, not a test; its
-output for the evict-last forward is in benchmarks/variants-h200.md (the stop of e839fd8).
+output for the evict-last forward is in benchmarks/results/h200/variants-h200.md (the stop of e839fd8).
 
   python3 benchmarks/l2_regimes.py "default:" "off:RMSNORM_FWD_X_EVICT_LAST=0" [--compiled]
 """

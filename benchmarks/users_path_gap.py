@@ -4,7 +4,7 @@ ahead), beside the same with the GPU given a head start before each call (a slee
 --head-us after the flush), and the host's own time to enqueue one call. Where the host takes
 longer to enqueue a call than the GPU takes to run the flush and the call, the GPU waits for it and
 the wait is timed; the head start lets the host get ahead, so the second figure is the GPU's time
-alone. A script, not a test; its output is committed beside it (benchmarks/users-path-gap-h200.txt).
+alone. A script, not a test; its output is committed under benchmarks/results/ (h200/users-path-gap-h200.txt).
 
   python3 benchmarks/users_path_gap.py [--peers torch,liger] [--shapes bfloat16:1024,...] [--head-us 300]
 """

@@ -1,6 +1,6 @@
 """Benchmark of the worker's restart: how long it takes to replace a worker (after a crash) and
 run one case, for each start method, on this machine's lane. A script, not a test; its output is
-committed beside it. Crash shrinking pays this once per step.
+committed under benchmarks/results/. Crash shrinking pays this once per step.
 
   python benchmarks/worker_restart.py [--restarts 8] [--device cpu|cuda]
 
@@ -38,7 +38,7 @@ def main() -> int:
     device = args.device or default_device()
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"
     print(f"# worker restart, lane {worker.lane_of(device)} ({gpu}), torch {torch.__version__}, "
-          f"commit {cli.commit(ignore=('benchmarks/*.txt',))}, python {platform.python_version()}")
+          f"commit {cli.commit(ignore=('benchmarks/results/*',))}, python {platform.python_version()}")
     print(f"{'start method':14} {'first start s':>14} {'restarts':>9} {'median s':>9} {'min s':>7} {'max s':>7}")
     case = Case(shape=(4, 64))
     for method in worker.START_METHODS:

@@ -307,11 +307,17 @@ def time_ms(fn: Callable, *, warmup_ms: float = 25, rep_ms: float = 100) -> floa
     torch.cuda.synchronize()
     est = max(start.elapsed_time(end) / 5, 1e-3)
     n_warm, n_rep = max(1, int(warmup_ms / est)), max(1, int(rep_ms / est))
-    for _ in range(n_warm):
+    return flushed_ms(fn, cache.zero_, reps=n_rep, warmup=n_warm)
+
+
+def flushed_ms(fn: Callable, flush: Callable, *, reps: int, warmup: int = 0) -> float:
+    """Median milliseconds of fn over reps calls, each after flush() (outside the events), after warmup calls:
+    the one timing loop (time_ms without Triton; benchmarks/ceilings.py with another flush)."""
+    for _ in range(warmup):
         fn()
     times = []
-    for _ in range(n_rep):
-        cache.zero_()
+    for _ in range(reps):
+        flush()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()

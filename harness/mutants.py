@@ -217,8 +217,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                  "    if (threadIdx.x % kWarpSize == 0) slots.warp[parity][warp] = v;\n"),),
            echoes="NVIDIA/apex#1184", sanitizer="racecheck", sanitize_paths=(4, 5, 6)),  # rows of several warps
     # A race between consecutive rows of a persistent backward unit: the bits came out right in every
-    # search on the H200 (survived at ac6eade and at 40c13be), so racecheck judges it, on the path
-    # case whose backward units take rows of two warps twice.
+    # search on the H200 (it survived two), so racecheck judges it, on the path case whose backward
+    # units take rows of two warps twice.
     Mutant("fast_slots_single_buffered", "cuda", "one reduction slot reused by consecutive rows without a second barrier",
            (Edit(ROWS, "base += units * per_unit, parity ^= 1) {", "base += units * per_unit) {", count=2),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(12,)),
@@ -293,9 +293,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("fast_dw_partial_index", "cuda", "grad_weight partial rows indexed without the row length",
            (Edit(DW, "acc += partial[u * n + col];", "acc += partial[u + col];"),)),
     # A race between the warps of one CTA that sum equal shares of the units: its kept case (64 rows)
-    # reaches the reduce of few units since 2fe4a11, which has no barrier, and on the H200 at 7cd7cbf the
-    # bits came out right in its fresh search too (at 2fe4a11 a fresh search had killed it), so
-    # racecheck judges it, on the path case whose backward writes 264 partial rows.
+    # reaches the reduce of few units, which has no barrier, and on the H200 one fresh search killed it
+    # but a later one did not (the bits came out right), so racecheck judges it, on the path case whose
+    # backward writes 264 partial rows.
     Mutant("fast_dw_reduce_barrier_missing", "cuda", "the final grad_weight sum reads the other warps' sums before a barrier",
            (Edit(DW, "  sums[threadIdx.y][threadIdx.x] = acc;\n  __syncthreads();\n", "  sums[threadIdx.y][threadIdx.x] = acc;\n"),),
            sanitizer="racecheck", by_suite=False, sanitize_paths=(12,)),

@@ -116,8 +116,8 @@ def test_profile_summary_of_a_recorded_ncu_run():
 
 
 def test_profile_summary_says_where_a_cluster_grid_ran():
-    # Nsight Compute's figures for the bfloat16 256 x 262144 staged forward (clusters of 16) on the H200 at e839fd8's
-    # kernels, as its --csv --page raw output puts them: a header, the units, one row a kernel.
+    # Nsight Compute's figures for the bfloat16 256 x 262144 staged forward (clusters of 16) on the H200, as its
+    # --csv --page raw output puts them: a header, the units, one row a kernel.
     cols = {"Kernel Name": ("", "void rmsnorm::rows::fwd_staged_kernel<__nv_bfloat16, __nv_bfloat16, 8, 1, 256>(int)"),
             "gpu__time_duration.sum": ("us", "70.85"), "dram__bytes_read.sum": ("Mbyte", "134.79"),
             "dram__bytes_write.sum": ("Mbyte", "109.31"), "launch__cluster_size": ("", "16"),

@@ -125,8 +125,8 @@ def test_a_row_has_the_same_bits_in_any_batch(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES + (torch.float64,), ids=str)
 def test_every_row_has_its_bits_alone_at_its_own_address(dtype):
-    # Each row of a batch, sliced alone where it lies in memory, against the batch: at 31fccca the
-    # fallback counted a single row as aligned whatever its stride, so row 4 of a [5, 7] float32
+    # Each row of a batch, sliced alone where it lies in memory, against the batch: the fallback once
+    # counted a single row as aligned whatever its stride, so row 4 of a [5, 7] float32
     # batch (alone: on a 16-byte boundary) took the vector kernel and, in the batch, the scalar
     # one, another summation order (the gate's batch_invariant law on the H200). Rows of a padded
     # or offset layout of a fast-path length likewise took the fast path alone and the fallback

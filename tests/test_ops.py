@@ -87,7 +87,7 @@ def test_the_module_hands_its_operator_x_and_the_weight_as_they_are(shape):
     # of either, or of y, would be one more node for autograd to run, host time on every backward.
     # With the three it had, a backward through the module took 129-180 us of host time on the H200's
     # host, more than the GPU took to flush L2 and run it, so the bench timed the host; without, 89-112
-    # (benchmarks/users-path-gap-h200.txt).
+    # (benchmarks/results/h200/users-path-gap-h200.txt).
     norm = RMSNorm(64)
     x = torch.randn(*shape, requires_grad=True)
     ran = _ops_during(lambda: norm(x))

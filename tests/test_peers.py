@@ -109,7 +109,7 @@ def test_nonfinite_row_may_save_zero_or_nan():
 def test_liger_is_called_as_its_users_call_it_with_every_tensor_contiguous_the_weight_too(monkeypatch):
     """LigerRMSNormFunction makes every argument contiguous (ensure_contiguous) before its kernels, which
     index the weight as if it were. The peer called those kernels with the weight as drawn, and the first
-    CUDA panel with weight layouts failed Liger-Kernel in 9 laws on a column-strided weight (H100, 9f85cfe):
+    CUDA panel with weight layouts failed Liger-Kernel in 9 laws on a column-strided weight (on an H100):
     the adapter's fault, not Liger-Kernel's. A stand-in for liger_kernel.ops.rms_norm records what it got."""
     import sys
     import types

@@ -348,8 +348,9 @@ def test_every_register_group_of_a_warp_or_more_has_a_kernel_with_it_fixed(plans
     # plan::FixedGroup: the register kernels are built with their row group as a compile-time constant for
     # the groups of 32 to 1024 threads their plans make with 2 or more vectors a thread (rows of 33
     # vectors or more); a plan's group missing from the launchers' lists would run the kernel that reads
-    # it at run time (correct, and as slow as before c0098a7). Rows of 17 to 32 vectors (a warp of one
-    # vector a thread) and shorter ones (groups under a warp) still read it at run time.
+    # it at run time (correct, but slower: the compiler cannot unroll the loops over the group's warps).
+    # Rows of 17 to 32 vectors (a warp of one vector a thread) and shorter ones (groups under a warp) still
+    # read it at run time.
     constants = {name: int(value) for name, value in re.findall(
         r"constexpr int (k\w+) = (\d+);", (ROOT / "kernels" / "rmsnorm_plan.h").read_text())}
     text = (ROOT / "kernels" / "rmsnorm_rows.cuh").read_text()

@@ -16,7 +16,7 @@ def test_the_summary_is_the_count_not_the_note_after_it():
 
 
 def test_a_tool_whose_run_died_did_not_finish_and_is_not_shown_as_errors():
-    # synccheck's tail in the kernel lane at 89080b8 (an 80 GB H100, beside mutate): no error found, and the
+    # synccheck's tail in a kernel lane on an 80 GB H100, beside mutate: no error found, and the
     # run died of an out-of-memory error in the harness's tensors. It read "synccheck  ERRORS".
     died = ["    ratio = torch.where(use, e / bound.clamp_min(1e-300), 0.0)",
             "torch.AcceleratorError: CUDA error: out of memory",
