@@ -1,5 +1,5 @@
 """pytest options and Hypothesis profiles for the RMSNorm suite (no test logic here): both come
-from the harness's pytest plugin (harness/pytest_plugin.py; the profiles: harness/profiles.py).
+from the harness's pytest plugin (harness/pytest_plugin.py; the profiles: harness/running/hypothesis_profiles.py).
 An installed copy registers the plugin through its entry point; a clone loads it here. Also the
 order in which this clone's test files go to pytest-xdist's workers (longest first)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.locations import keep_caches_out_of_tmp, plugin_installed
+from harness.running.locations import keep_caches_out_of_tmp, plugin_installed
 
 # The suite's own temporary folders (pytest's tmp_path) under .build/, not in the system's /tmp.
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(Path(__file__).resolve().parent / ".build"))

@@ -52,10 +52,10 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from harness import cli
-    from harness.laws import LAWS
-    from harness.target import default_device
-    from harness.worker import Runner, lane_of
+    from harness.running import provenance as cli
+    from harness.judging.laws import LAWS
+    from harness.running.loading import default_device
+    from harness.running.worker import Runner, lane_of
 
     device = args.device or default_device()
     r = Runner("project", device)

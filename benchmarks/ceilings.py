@@ -1,5 +1,5 @@
 """What the bench's copy ceiling leaves out at the bench's own sizes: the same bytes moved by the
-simplest kernels torch has, timed the bench's way (``harness.bench.time_ms``: the L2 flushed by
+simplest kernels torch has, timed the bench's way (``harness.tools.bench.time_ms``: the L2 flushed by
 zeroing 256 MB before each call, events around it), beside this project's forward and backward at
 each N. ``copy`` moves a forward's bytes (read M·N elements, write M·N: ``dst.copy_(src)``),
 ``add`` a backward's (read 2·M·N, write M·N: ``torch.add(a, b, out=c)``). Each is timed at M·N =
@@ -36,7 +36,7 @@ def _read_flush_ms(fn, reps: int = 50) -> float:
     timing loop."""
     import torch
 
-    from harness import bench
+    from harness.tools import bench, bench_impls
 
     cache = torch.ones(64 << 20, dtype=torch.int32, device="cuda")
     return bench.flushed_ms(fn, cache.sum, reps=reps, warmup=3)
@@ -104,11 +104,11 @@ def main() -> int:
     sizes = _sizes(args.log2_elements)
     import torch
 
-    from harness import bench
+    from harness.tools import bench, bench_impls
 
     if not torch.cuda.is_available():
         raise SystemExit("ceilings: needs a CUDA GPU, but torch.cuda.is_available() is False")
-    impls, skipped = bench.implementations(["project"], [p for p in args.peers.split(",") if p])
+    impls, skipped = bench_impls.implementations(["project"], [p for p in args.peers.split(",") if p])
     impls = [i for i in impls if i.path == bench.USERS]  # the users' paths: the module, autograd
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     ns = [int(n) for n in args.n.split(",")]

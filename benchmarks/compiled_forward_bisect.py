@@ -2,7 +2,7 @@
 bench's peer) beside Triton kernels rebuilt from it, from its own shape (two passes over x, the second from L2:
 `reread`, 16 or 8 warps) to the project's (the row held in registers: `held`, 16, 8 or 4 warps), each with the
 eviction policies of its loads of x switched (first pass / second pass; `-`: none), and this project's module.
-Timed as harness bench times them (``harness.bench.time_ms``: the same x every call, the L2 flushed by zeroing
+Timed as harness bench times them (``harness.tools.bench.time_ms``: the same x every call, the L2 flushed by zeroing
 256 MB before each), twice; each output checked against a float64 reference first. Fractions of the copy ceiling.
 A script, not a test; its output (on the kernels before e839fd8) is in benchmarks/results/h200/profile-h200.md.
 
@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.bench import time_ms, copy_ceiling_gbps, _compiled_module, _project_module  # noqa: E402
+from harness.tools.bench import time_ms, copy_ceiling_gbps, _compiled_module, _project_module  # noqa: E402
 
 
 @triton.jit

@@ -36,7 +36,7 @@ def child(name: str, with_compiled: bool) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from harness.bench import _compiled_module, _project_module, copy_ceiling_gbps, time_ms
+    from harness.tools.bench import _compiled_module, _project_module, copy_ceiling_gbps, time_ms
 
     ceiling = copy_ceiling_gbps()
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")

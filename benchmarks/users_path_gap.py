@@ -26,7 +26,7 @@ def _timed(fn, head_cycles: int, reps: int) -> tuple[float, float]:
     recorded first, one synchronisation at the end."""
     import torch
 
-    from harness import bench
+    from harness.tools import bench
 
     cache = bench._flush_buffer()
     for _ in range(3):
@@ -61,12 +61,12 @@ def main() -> int:
         ap.error(f"expected --head-us > 0 and --reps >= 1, but got {args.head_us} and {args.reps}")
     import torch
 
-    from harness import bench
+    from harness.tools import bench_impls
 
     if not torch.cuda.is_available():
         print("users_path_gap: needs a CUDA GPU", file=sys.stderr)
         return 2
-    impls, skipped = bench.implementations(["project"], [p for p in args.peers.split(",") if p])
+    impls, skipped = bench_impls.implementations(["project"], [p for p in args.peers.split(",") if p])
     head_cycles = int(args.head_us * 1980)  # cycles of a 1.98 GHz clock (an H200's boost): about --head-us
     print(f"# {args.direction}: the bench's timing, and the same with a {args.head_us:.0f} us head start; "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.reps} calls a figure")

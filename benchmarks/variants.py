@@ -1,6 +1,6 @@
 """Settings of this project's kernels side by side, through the users' path: each variant is the
 project built with other values of the kernels' compile-time settings (kernels/rmsnorm_plan.h,
-kernels/rmsnorm_device.cuh; harness.build's RMSNORM_KERNEL_DEFINES), timed by ``harness bench``
+kernels/rmsnorm_device.cuh; rmsnorm._build's RMSNORM_KERNEL_DEFINES), timed by ``harness bench``
 (the RMSNorm module, backward through autograd, decode under CUDA graphs) in one run on one GPU,
 one variant after another. Prints one table: GB/s and the fraction of the copy ceiling per variant,
 the decode times, and each variant's largest error check (a variant that computes wrong is shown

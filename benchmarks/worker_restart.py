@@ -28,12 +28,13 @@ def main() -> int:
     args = ap.parse_args()
     if args.restarts < 1:
         ap.error(f"--restarts: expected at least 1, but got {args.restarts}")
-    os.environ["RMSNORM_SPARE_WORKERS"] = "0"  # read when harness.worker is imported, below
+    os.environ["RMSNORM_SPARE_WORKERS"] = "0"  # read when harness.running.worker is imported, below
     import torch
 
-    from harness import cli, worker
-    from harness.cases import Case
-    from harness.target import default_device
+    from harness.running import provenance as cli
+    from harness.running import worker
+    from harness.judging.cases import Case
+    from harness.running.loading import default_device
 
     device = args.device or default_device()
     gpu = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores"

@@ -1,7 +1,7 @@
-from .locations import keep_caches_out_of_tmp
+from harness.running.locations import keep_caches_out_of_tmp
 
 keep_caches_out_of_tmp()  # before torch is imported: its inductor fixes its folders on import
 
-from .cli import main  # noqa: E402
+from harness.cli import main  # noqa: E402
 
 raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Hypothesis strategies that draw RMSNorm cases (harness.cases.Case).
+"""Hypothesis strategies that draw RMSNorm cases (harness.judging.cases.Case).
 
 Every strategy shrinks towards the simplest failing case: one row of small N, float32,
 contiguous, the normal pattern, eps = 1e-6, seed 0.
@@ -11,9 +11,11 @@ import math
 
 from hypothesis import assume, strategies as st
 
-from harness import session
-from harness.cases import (DTYPES, GRAD_PATTERNS, LAYOUTS, PATTERNS, WEIGHT_LAYOUTS, WEIGHT_PATTERNS, Case,
-                           layout_possible)
+from harness.running import session
+from harness.running.tally import NEW_SIGNATURE_ONE_IN, SIGNATURE_POOL
+from harness.judging.cases import (DTYPES, GRAD_PATTERNS, LAYOUTS, PATTERNS, WEIGHT_PATTERNS, Case, layout_possible)
+from hypothesis import example
+from harness.running import corpus
 
 DTYPE_ORDER = ("float32", "bfloat16", "float16", "float64")
 EPS_CHOICES = (1e-6, 1e-5, 0.0, 1e-12, 1e-3, 0.1, 1.0)
@@ -126,11 +128,11 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     # choice from one example into the next, so a 1-in-25 draw of its own came out in 9 of 40
     # derandomized cases, and unit weights (which hide a wrongly indexed weight) in 23 of 40,
     # every one of the rows longer than 8 among them.
-    # Inside the target's declared contract (harness.contract), when it declares one: it is fixed for
+    # Inside the target's declared contract (harness.judging.contract), when it declares one: it is fixed for
     # the run, so it may shape the choices. What the run infers from refusals grows as it goes, and a
     # choice whose options change between examples breaks Hypothesis' replay of choice sequences
     # (FlakyStrategyDefinition): that part moves a drawn case inside, after the draws (_inside).
-    c = session.declared_contract()
+    c = session.current().declared_contract()
     dtypes = tuple(d for d in dtypes if d in c.dtypes) or dtypes
     x_layouts = tuple(l for l in layouts if l in c.layouts)
     force_weight = False
@@ -154,7 +156,7 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     # Drawn whether or not they are used, so that the choices mean the same things once the target
     # is seen compiling (Hypothesis replays and shrinks choice sequences): reuse a signature drawn
     # before (shrinks towards yes), and which one (shrinks towards the first).
-    new_signature = draw(st.integers(0, session.NEW_SIGNATURE_ONE_IN - 1)) == session.NEW_SIGNATURE_ONE_IN - 1
+    new_signature = draw(st.integers(0, NEW_SIGNATURE_ONE_IN - 1)) == NEW_SIGNATURE_ONE_IN - 1
     pick = draw(st.integers(0, 2**16 - 1))
     shape_kw = dict(shape_kw)
     bulk_kind = shape_kw.pop("bulk", False)
@@ -185,13 +187,13 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         grad_pattern=_grad_pattern(seed),
         weight_layout=_weight_layout(seed, shape[-1], c.drawn_weight_layouts, force=force_weight),
     )
-    now = session.contract()
+    now = session.current().contract()
     if inside:
         case = _inside(case, now, dtypes, layouts, strided)
         assume(not now.excluded(case))  # a class of two conditions (a dtype pair) that moving did not avoid
-    if session.compiles() and not new_signature:
+    if session.current().compiles() and not new_signature:
         case = _reused_signature(case, pick, dtypes, layouts, grad_layouts, eps, shape_kw, now)
-    session.remember_signature(case)
+    session.current().signatures.remember(case)
     return case
 
 
@@ -251,14 +253,14 @@ def _fits(sig: tuple, dtypes, layouts, grad_layouts, eps, shape_kw, c) -> bool:
 
 def _reused_signature(case: Case, pick: int, dtypes, layouts, grad_layouts, eps, shape_kw, c) -> Case:
     """For a target seen compiling on first use: case with the signature (shape, dtypes, layouts,
-    eps) of one of the first session.SIGNATURE_POOL cases drawn in this run that fit this law (a
+    eps) of one of the first SIGNATURE_POOL cases drawn in this run that fit this law (a
     small pool, so that what the laws derive from a case, a contiguous copy or a few of its rows,
     is compiled once too), its values (seed, patterns) kept; case itself when none fits."""
     fits = []
-    for sig in session.SIGNATURES:
+    for sig in session.current().signatures.drawn:
         if _fits(sig, dtypes, layouts, grad_layouts, eps, shape_kw, c):
             fits.append(sig)
-            if len(fits) == session.SIGNATURE_POOL:
+            if len(fits) == SIGNATURE_POOL:
                 break
     if not fits:
         return case
@@ -360,7 +362,7 @@ def huge_cases() -> st.SearchStrategy[Case]:
 
     @st.composite
     def draw_case(draw):
-        c = session.contract()
+        c = session.current().contract()
         allowed = [d for d in ("bfloat16", "float16", "float32", "float64")
                    if d in c.dtypes and d not in c.excluded_values("dtype")] or ["bfloat16", "float16"]
         narrow = [d for d in allowed if d in ("bfloat16", "float16")] or allowed[:1]
@@ -386,10 +388,6 @@ def replay_corpus(law: str):
     """Decorator (outside @given): replay every saved failing case of law first, as an
     explicit example, on every run: the target's own, then seeds from other targets' folders
     and regressions/ (labelled with where they came from when they fail)."""
-    from hypothesis import example
-
-    from harness import corpus
-
     def deco(test):
         own = corpus.entries(law)
         seen = {e.case for e in own}
@@ -398,7 +396,7 @@ def replay_corpus(law: str):
             if entry.case not in seen:
                 seen.add(entry.case)
                 chosen.append(entry.case)
-                session.SEED_ORIGIN[(law, entry.case)] = origin
+                session.current().seed_origin[(law, entry.case)] = origin
         for case in reversed(chosen):
             test = example(case=case)(test)
         return test

@@ -1,6 +1,6 @@
 from hypothesis import given, settings
 
-from harness.session import check
+from harness.running.session import check
 from .strategies import replay_corpus, strategy_for
 
 

@@ -21,9 +21,9 @@ def _session_corpus() -> str:
 
 def sharing_env() -> dict:
     """Side by side under pytest-xdist, the gate a test starts shares the cores with the other
-    workers' (harness.session.cpu_threads), as the test's own process does: with a thread per core
+    workers' (harness.running.session.cpu_threads), as the test's own process does: with a thread per core
     each, two gates on the 2-core CI machine took several times as long as one."""
-    from harness.session import SHARERS_ENV
+    from harness.running.worker import SHARERS_ENV
 
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     return {SHARERS_ENV: workers} if workers.isdigit() and int(workers) > 1 else {}

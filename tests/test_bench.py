@@ -1,4 +1,4 @@
-"""harness.bench and harness.profile off the GPU: the report's tables, ratios and plot from
+"""harness.tools.bench and harness.tools.nsight off the GPU: the report's tables, ratios and plot from
 results, the parsing of a real Nsight Compute CSV (recorded on the H200), and the set-up errors
 both commands give on a machine without a GPU."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness import bench, profile
-from harness.build import ROOT
+from harness.tools import bench, nsight as profile
+from rmsnorm._buildenv import ROOT
 
 DATA = ROOT / "tests" / "data"
 

@@ -8,9 +8,9 @@ import contextlib
 
 import pytest
 
-from harness.cases import Case
-from harness.target import default_device
-from harness.worker import Runner
+from harness.judging.cases import Case
+from harness.running.loading import default_device
+from harness.running.worker import Runner
 from tests._run import run
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from harness.build import ROOT
+from rmsnorm._buildenv import ROOT
 
 
 @pytest.mark.slow("a CMake build of every source against libtorch (44 s alone as a unity build, 71 s without)")

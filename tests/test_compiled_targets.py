@@ -8,9 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import session
-from harness.cases import Case
-from harness.target import plain
+from harness.running.tally import Tally
+from harness.judging.target import plain
 from tests._run import run
 
 
@@ -86,6 +85,6 @@ def test_target_messages_lose_their_escape_codes():
     ([(8, 2.0), (16, 0.001), (24, 0.001)] + [(n, 0.001) for n in range(30)], [0.001] * 20, False),  # one slow call
 ])
 def test_compiling_is_measured_from_first_and_later_calls(first, later, compiling):
-    t = session.Tally()
+    t = Tally()
     t.first_calls, t.later_calls = list(first), list(later)
     assert (t.compiling() is not None) == compiling

@@ -8,8 +8,8 @@ on the batch it is in, and backward must be bitwise deterministic. CUDA only (th
 import pytest
 import torch
 
-from harness import judge
-from harness.laws.common import poison
+from harness.judging import judge
+from harness.judging.laws.common import poison
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the GPU lane runs it)")
 
@@ -22,7 +22,7 @@ MAX_ELEMENTS = 1 << 22
 
 
 def _ops():
-    from harness import ops
+    import rmsnorm as ops
 
     ops.extension()
     return torch.ops.rmsnorm

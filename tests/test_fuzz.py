@@ -66,7 +66,7 @@ def test_two_hosts_share_the_corpus_and_the_database(tmp_path):
 def test_profiles_mean_the_same_where_a_ci_variable_is_set():
     # Hypothesis loads its own derandomized "ci" profile where CI is set; a fuzzing session that
     # inherited it would draw the same cases every chunk (and never find a tail bug at N % 8 == 7).
-    code, out = run(["-c", "import harness.profiles\nfrom hypothesis import settings\n"
+    code, out = run(["-c", "import harness.running.hypothesis_profiles\nfrom hypothesis import settings\n"
                      "for n in ('dev', 'fuzz', 'ci'):\n"
                      "    s = settings.get_profile(n); print(n, s.derandomize, s.database is None)"],
                     env={"CI": "true", "GITHUB_ACTIONS": "true"})

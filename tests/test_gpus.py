@@ -1,13 +1,13 @@
-"""harness.gpus: independent processes claim the least-held GPU; a dead process's claim is dropped."""
+"""harness.running.gpus: independent processes claim the least-held GPU; a dead process's claim is dropped."""
 
 import os
 import subprocess
 import sys
 
-from harness import gpus
-from harness.build import ROOT
+from harness.running import gpus
+from rmsnorm._buildenv import ROOT
 
-HOLD = "import sys, time; from harness import gpus; print(gpus.claim(2), flush=True); time.sleep(30)"
+HOLD = "import sys, time; from harness.running import gpus; print(gpus.claim(2), flush=True); time.sleep(30)"
 
 
 def test_processes_spread_over_the_gpus_and_dead_claims_are_dropped(tmp_path, monkeypatch):
@@ -30,7 +30,7 @@ def test_processes_spread_over_the_gpus_and_dead_claims_are_dropped(tmp_path, mo
 
 
 def test_several_processes_a_gpu_as_the_cores_allow():
-    from harness.gpus import default_processes
+    from harness.running.gpus import default_processes
 
     assert default_processes("cuda", cores=32, gpus=2) == 8  # 4 a GPU, 2 cores each
     assert default_processes("cuda", cores=16, gpus=1) == 4

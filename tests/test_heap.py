@@ -1,4 +1,4 @@
-"""The workers' heap keeps freed memory (harness.heap): large tensors allocated again after others
+"""The workers' heap keeps freed memory (harness.running.heap): large tensors allocated again after others
 were freed do not fault their pages in afresh, which had been 2/3 of a large case's time."""
 
 import subprocess
@@ -10,7 +10,7 @@ PROBE = r"""
 import resource, sys
 import torch
 if sys.argv[1] == "keep":
-    from harness.heap import keep_freed_memory
+    from harness.running.heap import keep_freed_memory
     assert keep_freed_memory()
 def faults_of_one_round():  # a judge's round: float64 temporaries of 2^24 elements (128 MiB each)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -46,8 +46,8 @@ def test_freed_large_tensors_are_reused_without_faulting_their_pages_again():
 def test_every_worker_inherits_the_kept_heap():
     """The fork server sets it before it imports torch (its children inherit it); a spawned worker
     sets its own."""
-    server = (ROOT / "harness" / "_forkserver.py").read_text()
+    server = (ROOT / "harness" / "running" / "forkserver_preload.py").read_text()
     assert server.index("keep_freed_memory()") < server.index("import torch")
-    worker = (ROOT / "harness" / "worker.py").read_text()
+    worker = (ROOT / "harness" / "running" / "worker.py").read_text()
     child = worker[worker.index("def _child("):]
     assert child.index("keep_freed_memory()") < child.index("import torch")

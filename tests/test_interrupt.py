@@ -99,7 +99,8 @@ def test_an_interrupt_ends_the_run_with_its_report_and_records_nothing_false(pai
 def test_a_build_that_ctrl_c_ended_is_an_interrupt_not_a_set_up_error(monkeypatch):
     """Ctrl-C reaches the gate's build subprocess too: the build it ended once made the gate say
     "target project does not build" (exit 2) where it had been interrupted (exit 130)."""
-    from harness import cli, interrupts
+    from harness.commands import gate as cli
+    from harness.running import interrupts
 
     monkeypatch.setattr(interrupts, "_RECEIVED", {"signal": None})
     monkeypatch.setattr(cli, "work_root", lambda: ROOT / ".build")

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness.build import ROOT, find_cuda_home
+from rmsnorm._buildenv import ROOT, find_cuda_home
 
 REGISTERS_PER_SM = 65536
 # The largest block each kernel is launched with: 1024 threads, but the staged kernels run CTAs of

@@ -1,5 +1,5 @@
 """The CUDA code on main is the code the GPU lane judged: the git trees of kernels/, binding/ and
-sources.txt equal those recorded in benchmarks/gpu-lane.md (harness.lane computes them as git does),
+sources.txt equal those recorded in benchmarks/gpu-lane.md (harness.tools.lane computes them as git does),
 and the recorded lane passed. The CPU lane cannot run CUDA: this is how it knows what ran."""
 
 import os
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from harness import lane
-from harness.build import ROOT
+from harness.tools import lane
+from rmsnorm._buildenv import ROOT
 
 
 def test_the_trees_are_computed_as_git_computes_them():

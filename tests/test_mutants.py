@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness import mutants
+from harness.mutants import builder, catalogue as mutants
 from tests._run import ROOT, run
 
 
@@ -38,10 +38,10 @@ def test_mutate_says_why_a_mutant_it_cannot_judge_is_not_run():
 def test_apply_refuses_a_catalogue_that_drifted():
     m = mutants.BY_NAME["cpu_eps_outside_sqrt"]
     files = {e.file: (ROOT / e.file).read_text() for e in m.edits}
-    mutated = mutants.apply(m, files)
+    mutated = builder.apply(m, files)
     assert all(mutated[f] != files[f] for f in mutated)
     with pytest.raises(ValueError, match="no longer matches"):
-        mutants.apply(m, {f: text.replace(m.edits[0].old, "") for f, text in files.items()})
+        builder.apply(m, {f: text.replace(m.edits[0].old, "") for f, text in files.items()})
 
 
 def test_unknown_mutant_is_a_clear_error():
@@ -53,7 +53,7 @@ def test_unknown_mutant_is_a_clear_error():
                   "each since it no longer includes torch/library.h; the 11 of the kernels about 3 s), the "
                   "original judged whole (276 s beside the install tests)")
 def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
-    # Each mutant's kept case first (harness/mutant_kills/cpu/), the whole suite only where it no
+    # Each mutant's kept case first (harness/mutants/kills/cpu/), the whole suite only where it no
     # longer kills; two builds at once on the 2-core CI machine.
     report = tmp_path / "score.md"
     code, out = run(["-m", "harness", "mutate", "--device", "cpu", "--profile", "ci", "-b", "2", "--report",
@@ -67,7 +67,7 @@ def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
     assert all(v["case"] and v["law"] for v in verdicts), verdicts
     assert all(v["confirmed"] == "yes" for v in verdicts), [v for v in verdicts if v["confirmed"] != "yes"]
     assert "the unmutated sources pass" in out and "time to kill: median" in out, out[-3000:]
-    from harness.mutate import KILLS
+    from harness.tools.mutate import KILLS
 
     kept = {p.stem for p in (KILLS / "cpu").glob("*.json")}
     assert kept >= expected, expected - kept  # every CPU mutant has a kept case
@@ -77,13 +77,14 @@ def test_the_cpu_lane_kills_every_mutant_of_the_cpu_code(tmp_path):
 def _fake_run(monkeypatch, tmp_path, verdicts: dict, confirmations: dict):
     """mutate.main with building, judging and replaying replaced by the given outcomes (and the toolchain
     probe by a sound verdict: nothing is built, and a probe in a fresh build folder costs about 12 CPU-s)."""
-    from harness import mutate, toolchain
+    from harness.tools import mutate
+    from rmsnorm import _toolchain as toolchain
 
     monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path))
     sound = toolchain.Verdict(sound=True, variant=toolchain.VARIANTS[0][0], cflags=(), ldflags=(), compiler="c++",
                               default_failure="", tried=(f"{toolchain.VARIANTS[0][0]}: raised",))
     monkeypatch.setattr(toolchain, "probe", lambda **kw: sound)
-    monkeypatch.setattr(mutate.mutants, "build_mutant", lambda m, **kw: (tmp_path / "lib.so", 0.0))
+    monkeypatch.setattr(mutate.builder, "build_mutant", lambda m, **kw: (tmp_path / "lib.so", 0.0))
     monkeypatch.setattr(mutate, "baseline", lambda m, **kw: ("not run", ""))
     monkeypatch.setattr(mutate, "replay_kept", lambda m, **kw: None)
 
@@ -145,7 +146,7 @@ def test_a_kept_case_that_no_longer_kills_sends_the_mutant_to_the_suite(monkeypa
 def test_a_mutant_rebuilds_only_the_objects_compiled_from_what_it_edits():
     """The incremental mutant build reads cpp_extension's ninja file: each object's command, with
     its input and output put in, variables expanded; the link's inputs in order."""
-    from harness.mutants import NinjaFile
+    from harness.mutants.builder import NinjaFile
 
     text = ("ninja_required_version = 1.3\ncxx = c++\nnvcc = /usr/local/cuda/bin/nvcc\n\n"
             "cflags = -DTORCH_EXTENSION_NAME=rmsnorm_mutant -O3\npost_cflags = \ncuda_cflags = -O3 -lineinfo\n"

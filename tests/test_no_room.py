@@ -8,12 +8,14 @@ import json
 import pytest
 import torch
 
-from harness import pytest_plugin, session
-from harness.cases import Case
-from harness.laws.cuda import no_room
-from harness.session import Tally
-from harness.target import NoRoom, Rejected
-from harness.worker import Verdict
+from harness.running import report
+from harness.running import session
+from harness.judging.cases import Case
+from harness.judging.laws.cuda import no_room
+from harness.running.spec import TargetSpec
+from harness.running.tally import Tally
+from harness.judging.target import NoRoom, Rejected
+from harness.running.worker import Verdict
 
 BIG = Case(shape=(32768, 65537), dtype="bfloat16", weight_dtype="bfloat16", eps=1e-6, layout="contiguous",
            grad_layout="contiguous", pattern="normal", seed=1)
@@ -44,38 +46,39 @@ class _Runner:
 
 
 def test_the_law_ends_as_not_run_on_this_gpu_and_the_report_says_so(monkeypatch):
-    from harness.contract import Contract
+    from harness.judging.contract import Contract
 
-    monkeypatch.setattr(session, "TALLY", Tally())
-    monkeypatch.setattr(session, "_CONTRACT", Contract())
+    fresh = session.Session(TargetSpec("project"))
+    fresh._declared = Contract()
+    monkeypatch.setattr(session, "_CURRENT", fresh)
     monkeypatch.setenv("RMSNORM_MIN_CHECKED", "20")
     why = "backward raised OutOfMemoryError: CUDA out of memory (5.7 GiB free before the case)"
-    monkeypatch.setattr(session, "runner", lambda: _Runner(Verdict("no_room", why, {}, 1.0)))
+    monkeypatch.setattr(fresh, "runner", lambda: _Runner(Verdict("no_room", why, {}, 1.0)))
     with pytest.raises(pytest.skip.Exception) as skip:
         session.check("beyond_2_31_elements", BIG)
     assert str(skip.value.msg).startswith("beyond_2_31_elements: not run on this GPU: backward raised OutOfMemory")
     t = Tally()
-    t.merge(json.loads(json.dumps(session.TALLY.to_json())))  # what the xdist workers hand the controller
+    t.merge(json.loads(json.dumps(fresh.tally.to_json())))  # what the xdist workers hand the controller
     assert t.no_room == {"beyond_2_31_elements": why}
     t.by_law["beyond_2_31_elements"]["pass"] += 1  # a case it checked before the one too big
     t.applies.add("beyond_2_31_elements")
     t.by_law["gradcheck"]["pass"] += 40
     # Not a coverage failure (it was not run here), and not silent: a line of its own in the report.
-    assert pytest_plugin.too_few_checked(t) == []
+    assert report.too_few_checked(t) == []
     monkeypatch.setenv("RMSNORM_TARGET", "peer:hf")
-    lines = pytest_plugin.summary_lines(t, [])
+    lines = report.summary_lines(t, [])
     line = next((x for x in lines if x.startswith("NOT RUN on this GPU: beyond_2_31_elements")), None)
     assert line is not None and "after 1 case(s) passed" in line and why in line, lines
     # A law that applies and ran nothing for any other reason still fails on coverage.
     t.no_room.clear()
     del t.by_law["beyond_2_31_elements"]
-    assert pytest_plugin.too_few_checked(t) == [("beyond_2_31_elements", 0, 0, 20)]
+    assert report.too_few_checked(t) == [("beyond_2_31_elements", 0, 0, 20)]
 
 
 def test_a_case_the_law_finds_too_big_is_not_a_harness_error(monkeypatch):
     """Before, the law's own check raised NotApplicable, which a gate takes for a strategy drawing
     cases its law does not apply to (a harness error)."""
-    from harness.laws import cuda
+    from harness.judging.laws import cuda
 
     class _Target:
         device = torch.device("cuda", 0)
@@ -91,7 +94,7 @@ def test_a_big_case_leaves_memory_for_the_other_processes_on_its_gpu(monkeypatch
     found free, and compute-sanitizer's synccheck run beside it died of an out-of-memory error in its own
     small tensors. The case now needs room beyond what it leaves the others (LEFT_FOR_OTHERS), and its
     process may not allocate into that while it runs."""
-    from harness.laws import cuda
+    from harness.judging.laws import cuda
 
     from torch.cuda._utils import _get_device_index
 

@@ -1,12 +1,12 @@
 """The reference panel on the CPU lane: RMSNorms people ship must pass the gate (no false alarm),
-and real faults must be named (harness/peers.py, harness/judge.py)."""
+and real faults must be named (harness/running/peers.py, harness/judging/judge.py)."""
 
 import pytest
 import torch
 
-from harness import judge
-from harness.cases import Case, materialize
-from harness.laws.common import POISON_NAN
+from harness.judging import judge
+from harness.judging.cases import Case, materialize
+from harness.judging.laws.common import POISON_NAN
 from tests._run import run
 
 
@@ -75,7 +75,7 @@ def test_diagnoses_ignored_strides():
     case = Case(shape=(8, 16), layout="transposed", seed=5)
     t = materialize(case, "cpu")
     wrong = torch.as_strided(t.x, t.x.shape, (16, 1), t.x.storage_offset())  # read as if contiguous
-    from harness.reference import forward_ref
+    from harness.judging.reference import forward_ref
 
     y = forward_ref(wrong, t.weight, case.eps)[0].to(torch.float32)
     msgs = judge.judge_forward(y, None, t.x, t.weight, case.eps)
@@ -95,7 +95,7 @@ def test_nonfinite_row_may_save_zero_or_nan():
     x = torch.tensor([[1.0, float("inf")], [1.0, 2.0]])
     w = torch.ones(2)
     y = torch.tensor([[float("nan"), float("nan")], [0.0, 0.0]])
-    from harness.reference import forward_ref
+    from harness.judging.reference import forward_ref
 
     y[1] = forward_ref(x[1:], w, 1e-6)[0].to(torch.float32)
     for saved in (0.0, float("nan")):
@@ -114,7 +114,7 @@ def test_liger_is_called_as_its_users_call_it_with_every_tensor_contiguous_the_w
     import sys
     import types
 
-    from harness import peers
+    from harness.running import peers
 
     got = {}
 

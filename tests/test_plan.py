@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from harness.build import ROOT
+from rmsnorm._buildenv import ROOT
 
 PROGRAM = r"""
 #include <cstdio>
@@ -226,14 +226,14 @@ def test_backward_units_do_not_depend_on_the_device(plans):
 
 
 def test_the_sanitizer_cases_reach_every_launch_path(tmp_path, staged_cta):
-    """harness/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
+    """harness/tools/sanitize.py runs compute-sanitizer on one case a path, not a random sample: together
     they reach the fallback, every forward and backward register regime, clusters of 4, 8 and 16
     forward and of 2 to 16 backward, the staged forward (in its CTAs and the long rows') and backward (in
     one CTA and clusters of 2, 4 and 16, of both widths; 4-byte elements at 8 vectors a thread, a row in
     registers), the split forward and backward,
     aligned copies of misaligned rows, and zero rows."""
-    from harness.cases import DTYPES
-    from harness.sanitize import PATHS, sample
+    from harness.judging.cases import DTYPES
+    from harness.tools.sanitize import PATHS, sample
 
     cases = sample()
     assert len(cases) == len(PATHS)
@@ -274,9 +274,9 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
     those cases must reach the code it breaks. The fallback's block reduce runs where a case is not
     whole 16-byte vectors or is float64, with several warps; the fast path's warp slots where a row's
     group spans several warps."""
-    from harness import mutants
-    from harness.cases import DTYPES
-    from harness.sanitize import PATHS, sample
+    from harness.mutants import catalogue as mutants
+    from harness.judging.cases import DTYPES
+    from harness.tools.sanitize import PATHS, sample
 
     def vec(c):
         return 16 // DTYPES[c.dtype].itemsize
@@ -322,7 +322,7 @@ def test_the_racecheck_mutants_path_cases_reach_their_code(tmp_path):
 
 
 def test_sanitize_paths_are_checked():
-    from harness.sanitize import PATHS, parse_paths
+    from harness.tools.sanitize import PATHS, parse_paths
 
     assert parse_paths("6,7") == (6, 7) and parse_paths(None) == ()
     for bad in ("6;7", f"{len(PATHS)}", "-1"):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness.build import ROOT
+from rmsnorm._buildenv import ROOT
 from tests._run import run
 
 README = (ROOT / "README.md").read_text()

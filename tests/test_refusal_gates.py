@@ -1,7 +1,7 @@
 """Verdicts on other people's kernels, on the CPU lane: a crash on an input the target otherwise accepts
 fails the gate whatever the exception, an honest limit passes with the contract it comes to, and a
 declared contract that leaves a law nothing to draw makes that law not applicable, never a coverage
-failure (harness/refusals.py; tests/test_refusals.py has the rules one by one)."""
+failure (harness/judging/refusals.py; tests/test_refusals.py has the rules one by one)."""
 
 import pytest
 
@@ -57,11 +57,12 @@ def test_a_kernel_declared_float32_only_draws_float32_past_2_31_elements(monkeyp
 
     from hypothesis import HealthCheck, given, settings
 
-    from harness import session
+    from harness.running import session
+    from harness.running.spec import TargetSpec
     from properties import strategies
 
     monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32"], "max_n": 4096}))
-    monkeypatch.setattr(session, "_CONTRACT", None)
+    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("project")))
     drawn = []
 
     @settings(max_examples=30, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -70,5 +71,4 @@ def test_a_kernel_declared_float32_only_draws_float32_past_2_31_elements(monkeyp
         drawn.append(case)
 
     draw()
-    monkeypatch.setattr(session, "_CONTRACT", None)
     assert {c.dtype for c in drawn} == {"float32"} and all(c.numel > 1 << 31 and c.n <= 4096 for c in drawn)

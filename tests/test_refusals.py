@@ -1,11 +1,11 @@
-"""A refusal is a decision about a class of inputs, never an accident (harness/refusals.py): each rule
+"""A refusal is a decision about a class of inputs, never an accident (harness/judging/refusals.py): each rule
 of the inference on targets simulated in a few lines, so that every rule is shown in milliseconds; the
 gates in tests/test_verdict.py show the same on real targets."""
 
 import pytest
 
-from harness.cases import Case
-from harness.refusals import Inference, inferred_contract, report_lines
+from harness.judging.cases import Case
+from harness.judging.refusals import Inference, inferred_contract, report_lines
 
 
 def simulated(forward_refuses, backward_refuses=lambda c: None):

@@ -7,10 +7,11 @@ import json
 import pytest
 import torch
 
-from harness import corpus
-from harness.build import ROOT
-from harness.cases import Case
-from harness.contract import Contract
+from harness.running import corpus
+from rmsnorm._buildenv import ROOT
+from harness.judging.cases import Case
+from harness.judging.contract import Contract
+from harness.running.spec import TargetSpec
 from tests._run import run
 
 
@@ -39,23 +40,23 @@ def test_a_build_that_compiled_and_imported_before_is_not_checked_again_in_a_pro
     """A gate started a process to build the project (2 s: torch imported once more) even when that
     build had compiled and imported before; now the build's folder says so, and the worker's load
     checks the build is up to date as every load does."""
-    from harness import build, cli, toolchain
-    from harness.target import build_spec_for
+    from harness.commands import gate as cli
+    from rmsnorm import _build as build, _toolchain as toolchain
 
     monkeypatch.setattr(toolchain, "cached", lambda: "probed")
     monkeypatch.setattr(toolchain, "fix_flags", lambda: ((), ()))
     monkeypatch.setattr(build, "build_root", lambda: tmp_path)
-    bspec, note = build_spec_for("project")
+    bspec, note = TargetSpec("project").build_spec()
     folder = tmp_path / f"{bspec.name_prefix}-{bspec.key()}"
-    assert cli._built_before("project") is None  # never built here
+    assert cli._built_before(TargetSpec("project")) is None  # never built here
     folder.mkdir()
     (folder / "rmsnorm_ext_x.so").write_bytes(b"")
-    assert cli._built_before("project") is None  # a library, but no build that finished
+    assert cli._built_before(TargetSpec("project")) is None  # a library, but no build that finished
     (folder / build.READY_STAMP).write_text("rmsnorm_ext_x")
-    assert cli._built_before("project") == f"rmsnorm: rmsnorm_ext_x ready ({note}), as built before"
-    assert cli._built_before("mutant:cpu_tail_skipped") is None  # mutants: their own builder
+    assert cli._built_before(TargetSpec("project")) == f"rmsnorm: rmsnorm_ext_x ready ({note}), as built before"
+    assert cli._built_before(TargetSpec.parse("mutant:cpu_tail_skipped")) is None  # mutants: their own builder
     monkeypatch.setattr(toolchain, "cached", lambda: None)
-    assert cli._built_before("project") is None  # the toolchain not probed yet: its flags, in the key, unknown
+    assert cli._built_before(TargetSpec("project")) is None  # the toolchain not probed yet: its flags, in the key, unknown
 
 
 @pytest.mark.slow("the example's whole gate passing, then two laws with its contract inferred (83 s)")
@@ -98,7 +99,7 @@ def test_a_failure_is_one_quiet_block_and_its_case_lands_in_the_targets_folder(t
     saved = list((tmp_path / "module-tests.targets.wrong_tail").glob("*.json"))
     assert saved, list(tmp_path.rglob("*"))
     code, out = gate(*args[:-2], "-k", "test_forward_matches_reference", "-v")
-    assert code == 1 and "harness/session.py" in out, out[-3000:]  # -v brings the traceback back
+    assert code == 1 and "harness/running/session.py" in out, out[-3000:]  # -v brings the traceback back
 
 
 def test_other_targets_cases_are_seeds_labelled_with_where_they_came_from(tmp_path, monkeypatch):
@@ -106,7 +107,7 @@ def test_other_targets_cases_are_seeds_labelled_with_where_they_came_from(tmp_pa
     monkeypatch.setenv("RMSNORM_TARGET", "peer:hf")
     case = Case(shape=(2, 7))
     corpus.save("forward_matches_reference", case, error="x", target={"spec": "peer:native"}, device="cpu",
-                directory=tmp_path / corpus.target_folder("peer:native"))
+                directory=tmp_path / TargetSpec.parse("peer:native").folder())
     own = corpus.save("forward_matches_reference", Case(shape=(3, 5)), error="y", target={"spec": "peer:hf"},
                       device="cpu")
     assert own.parent.name == "peer-hf"
@@ -127,7 +128,7 @@ def test_a_wall_time_budget_cuts_laws_short_and_judges_what_they_checked(tmp_pat
 
 
 def test_a_single_element_is_named_as_such():
-    from harness import judge
+    from harness.judging import judge
 
     ref = torch.tensor(2.0, dtype=torch.float64)
     m = judge.compare("inv_rms", torch.tensor(3.0), ref, torch.tensor(0.1, dtype=torch.float64))
@@ -137,17 +138,17 @@ def test_a_single_element_is_named_as_such():
 def test_drawing_stays_inside_the_contract_inferred_so_far(monkeypatch):
     from hypothesis import HealthCheck, given, settings
 
-    from harness import session
-    from harness.refusals import Inference
+    from harness.running import session
+    from harness.judging.refusals import Inference
     from properties import strategies
 
     inf = Inference()
     inf.classes["forward"] = {c: {"cause": "x", "count": 1, "example": "", "simplest": ""}
                               for c in ("dtype=float64", "dtype=bfloat16&n%2", "n>300", "layout=transposed")}
     monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
-    monkeypatch.setattr(session, "_CONTRACT", Contract())
-    monkeypatch.setattr(session, "_INFERENCE", inf)
-    monkeypatch.setattr(session, "compiles", lambda: False)
+    fresh = session.Session(TargetSpec("project"))
+    fresh._declared, fresh._inference = Contract(), inf
+    monkeypatch.setattr(session, "_CURRENT", fresh)
     drawn = []
 
     @settings(max_examples=150, database=None, deadline=None, derandomize=True,
@@ -157,17 +158,17 @@ def test_drawing_stays_inside_the_contract_inferred_so_far(monkeypatch):
         drawn.append(case)
 
     draw()
-    assert drawn and all(session.contract().allows(c) for c in drawn), [c.short() for c in drawn
-                                                                        if not session.contract().allows(c)][:3]
+    assert drawn and all(fresh.contract().allows(c) for c in drawn), [c.short() for c in drawn
+                                                                      if not fresh.contract().allows(c)][:3]
     assert not any(c.dtype == "float64" or c.n > 300 or c.layout == "transposed" for c in drawn)
     assert any(c.dtype == "bfloat16" for c in drawn) and not any(c.dtype == "bfloat16" and c.n % 2 for c in drawn)
 
 
 def test_gradcheck_refusals_are_not_counted_under_the_drawn_dtype():
-    from harness import session
-    from harness.worker import Verdict
+    from harness.running.tally import Tally
+    from harness.running.worker import Verdict
 
-    t = session.Tally()
+    t = Tally()
     t.add("gradcheck", Case(shape=(2, 3), dtype="bfloat16"), Verdict("rejected", "no float64, no float32"))
     assert not t.refusals and not t.rejected_by_cat["dtype"] and t.by_law["gradcheck"]["rejected"] == 1
 
@@ -192,24 +193,24 @@ def test_saved_cases_outside_the_contract_never_skip_a_law(tmp_path):
 
 
 def test_a_law_that_applies_and_checked_nothing_fails_on_coverage(monkeypatch):
-    from harness import pytest_plugin
-    from harness.session import Tally
+    from harness.running import report
+    from harness.running.tally import Tally
 
     monkeypatch.setenv("RMSNORM_MIN_CHECKED", "20")
     t = Tally()
     t.applies.add("rows_independent")
     t.by_law["gradcheck"]["pass"] += 40
-    assert pytest_plugin.too_few_checked(t) == [("rows_independent", 0, 0, 20)]
+    assert report.too_few_checked(t) == [("rows_independent", 0, 0, 20)]
     t2 = Tally()
     t2.merge(json.loads(json.dumps(t.to_json())))  # what the xdist workers hand the controller
-    assert pytest_plugin.too_few_checked(t2) == [("rows_independent", 0, 0, 20)]
+    assert report.too_few_checked(t2) == [("rows_independent", 0, 0, 20)]
 
 
 def test_one_bug_one_story_what_the_failing_cases_share():
     """Eps added after the square root was once diagnosed as float16 precision on [1], bfloat16
     precision on [65, 1] and a row statistic on [1024, 9]: each diagnosis now holds on its own
     numbers, and the report says what the cases share and that the diagnoses differ."""
-    from harness.story import shared
+    from harness.judging.story import shared
 
     def failure(law, shape, diagnosis, **kw):
         return {"law": law, "case": Case(shape=shape, **kw).to_dict(), "message": f"y: wrong\ny: diagnosis: {diagnosis}"}

@@ -1,7 +1,7 @@
 """compute-sanitizer's output is summarised by its count of errors (the tool itself runs only on
 the GPU lane: `python3 -m harness sanitize`)."""
 
-from harness.sanitize import summary_line, tool_verdict
+from harness.tools.sanitize import summary_line, tool_verdict
 
 
 def test_the_summary_is_the_count_not_the_note_after_it():

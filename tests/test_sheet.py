@@ -22,7 +22,7 @@ def sheet(tmp_path_factory):
     out = tmp_path_factory.mktemp("sheet")
     # The ci profile, derandomized: the same cases every run. Under the sheet's default (dev: 20 random
     # cases a law) one run of the test line found no case in a row this test asserts on.
-    # The three gates at once, a thread each (harness.sheet tells them they share the cores): 112 s on
+    # The three gates at once, a thread each (harness.tools.sheet tells them they share the cores): 112 s on
     # the 2-core CI machine, against 144 s two at a time and 251 s before the gates shared the cores.
     code, text = run(["-m", "harness", "sheet", "--device", "cpu", "--target", f"project,{VARIANT}",
                       "--gate-profile", "ci", "--side-by-side", "3", "--out", str(out)], timeout=1500)
@@ -62,11 +62,12 @@ def test_the_sheet_is_a_view_of_the_laws():
     """No judge of its own: the sheet's module imports no judging code and calls no target."""
     import ast
 
-    from harness.build import ROOT
+    from rmsnorm._buildenv import ROOT
 
-    tree = ast.parse((ROOT / "harness" / "sheet.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
-               {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    tree = ast.parse((ROOT / "harness" / "tools" / "sheet.py").read_text())
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported = {m.split(".")[-1] for m in names} | {".".join(m.split(".")[-2:]) for m in names}
     assert not imported & {"judge", "tolerance", "target", "laws", "cases"}, imported
     assert imported & {"laws.registry"}, imported  # which optional laws a target is held to: the laws' own rule
 
@@ -95,7 +96,7 @@ def test_an_unknown_requirement_is_a_set_up_error(tmp_path):
 def test_accuracy_is_counted_in_roundings_of_the_dtype():
     import torch
 
-    from harness import judge
+    from harness.judging import judge
 
     ref = torch.randn(8, 300, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     every = torch.ones_like(ref, dtype=torch.bool)
@@ -114,8 +115,8 @@ def test_accuracy_is_counted_in_roundings_of_the_dtype():
 def test_the_gates_side_by_side_share_the_cores(monkeypatch, tmp_path):
     """Each of the sheet's gates once started a thread per core: two side by side on 2 cores took
     244 s for a target whose gate alone takes 44 s."""
-    from harness import sheet
-    from harness.session import SHARERS_ENV, THREADS_ENV
+    from harness.tools import sheet
+    from harness.running.worker import SHARERS_ENV, THREADS_ENV
 
     seen = []
 

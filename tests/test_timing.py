@@ -6,8 +6,8 @@ files, they waited 80 s and 22 s for it in one run of the test line."""
 
 import pytest
 
-from harness.cases import Case
-from harness.worker import Runner
+from harness.judging.cases import Case
+from harness.running.worker import Runner
 from tests._run import run
 
 
@@ -37,7 +37,7 @@ def test_workers_restart_fast_and_see_the_parents_environment(monkeypatch):
     environment of the process that asked for it, not the server's."""
     import time
 
-    from harness.worker import start_method
+    from harness.running.worker import start_method
 
     assert start_method() in ("forkserver", "spawn")
     monkeypatch.setenv("RMSNORM_WORKER_START", "fork")

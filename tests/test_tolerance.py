@@ -4,9 +4,9 @@ an all-zero output, a one-element shift, swapped rows and a backward missing a t
 import torch
 from hypothesis import assume, given, settings, strategies as st
 
-from harness import judge, tolerance as tol
-from harness.cases import Case, materialize
-from harness.reference import backward_ref, forward_ref
+from harness.judging import judge, tolerance as tol
+from harness.judging.cases import Case, materialize
+from harness.judging.reference import backward_ref, forward_ref
 from tests.targets import correct_torch
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -145,8 +145,8 @@ def test_a_statistic_off_by_skipped_elements_is_not_called_a_precision_problem()
     # mutant:cpu_tail_skipped (the last N % 8 elements left out of the sum of squares) shrank to
     # shape=[36] float32 seed=0 and was diagnosed "the float32 input appears to be computed at
     # bfloat16 precision": every y of the row is off by the same factor, which no rounding does.
-    from harness import judge
-    from harness.cases import Case, materialize
+    from harness.judging import judge
+    from harness.judging.cases import Case, materialize
 
     t = materialize(Case(shape=(36,), dtype="float32", weight_dtype="float32", seed=0), "cpu")
     x, w = t.x, t.weight
@@ -162,8 +162,8 @@ def test_grad_weight_of_tiny_rows_allows_for_the_product_underflowing():
     # A correct float32 backward (grad_out * x * inv_rms, the textbook order, as
     # tests/targets/correct_torch.py) got 0 for -3.5e-33 on this case: grad_out * x fell below
     # float32's normal range before inv_rms (7.5e16, a tiny eps) scaled it up. It failed a CI run.
-    from harness import judge
-    from harness.cases import Case, materialize
+    from harness.judging import judge
+    from harness.judging.cases import Case, materialize
     from tests.targets import correct_torch
 
     case = Case(shape=(2, 2, 257, 63), dtype="float32", weight_dtype="float32", eps=1.7543106683195985e-34, layout="broadcast",

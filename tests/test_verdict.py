@@ -9,9 +9,11 @@ import types
 import pytest
 import torch
 
-from harness import laws, target as tgt
-from harness.cases import Case
-from harness.target import LawFailure
+from harness.judging import laws
+from harness.running import loading as tgt
+from harness.judging.cases import Case
+from harness.judging.target import LawFailure
+from harness.running.spec import TargetSpec
 from tests._run import run
 
 CASE = dict(dtype="float32", weight_dtype="float32", eps=1e-6, layout="contiguous", grad_layout="contiguous",
@@ -88,8 +90,8 @@ def test_a_kernel_that_computes_in_float32_declared_float32_passes_every_law(tmp
 def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch, tmp_path):
     from hypothesis import HealthCheck, given, settings
 
-    from harness import session
-    from harness.contract import Contract
+    from harness.running import session
+    from harness.judging.contract import Contract
     from properties import strategies
 
     c = Contract.from_dict({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 65535}, "test")
@@ -100,7 +102,7 @@ def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch,
         Contract.from_dict({"dtypes": ["float32"], "max_row_bytes": 3}, "test")
 
     monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 1000}))
-    monkeypatch.setattr(session, "_CONTRACT", None)
+    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("module", "tests.targets.row_bytes_limited")))
     drawn = []
 
     @settings(max_examples=150, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -109,11 +111,10 @@ def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch,
         drawn.append(case)
 
     draw()
-    small = session.contract()
+    small = session.current().contract()
     assert all(small.allows(k) for k in drawn)
     assert max(k.n for k in drawn if k.dtype == "float32") <= 250
     assert max(k.n for k in drawn if k.dtype == "bfloat16") > 250  # bfloat16 keeps its longer rows
-    monkeypatch.setattr(session, "_CONTRACT", None)
 
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.row_bytes_limited",
                      "--corpus", str(tmp_path), "--", "-k", "test_forward_matches_reference or test_rows_independent"],
@@ -179,8 +180,8 @@ def test_a_diagnosis_is_printed_only_where_the_numbers_bear_it_out():
     """One bug (eps added after the sqrt) was "computed at float16 precision" on [1], "bfloat16" on
     [65, 1] and "eps misapplied" on [1024, 9]; a grad_weight that left out rows 64 and up was, under
     a bound of 553, "the next column's values" and "a factor per row". None of those held."""
-    from harness import judge
-    from harness.cases import materialize
+    from harness.judging import judge
+    from harness.judging.cases import materialize
 
     for shape in ((1,), (65, 1)):
         t = materialize(Case(shape=shape, seed=0, **CASE), "cpu")
@@ -262,7 +263,7 @@ def test_a_run_stopped_while_a_failure_shrinks_has_failed(tmp_path, command):
 def test_a_gate_whose_laws_failed_names_them_before_coverage():
     """peer:liger-float64 on the H200: laws failed and a floor was not met, and the verdict read
     'FAILED on coverage', as if every test had passed."""
-    from harness.cli import describe_failed
+    from harness.commands.gate import describe_failed
 
     assert describe_failed(3, 0, ["1 law(s) checked too few cases"]) == \
         "3 test(s) failed; coverage too: 1 law(s) checked too few cases"
@@ -273,23 +274,25 @@ def test_a_gate_whose_laws_failed_names_them_before_coverage():
 def test_the_reporting_process_takes_the_contract_its_workers_learned(monkeypatch, tmp_path):
     """Under -n, the controller reports what the workers tallied; it must not load the target again
     to learn the contract (a judge lane's gate once waited on such a load after its last test)."""
-    from harness import pytest_plugin, session
-    from harness.contract import Contract
+    from harness.judging.contract import Contract
+    from harness.running import report, session
+    from harness.running.tally import Tally
 
     declared = Contract.from_dict({"dtypes": ["float32"], "max_n": 4096}, "declared by a worker's target")
-    t = session.Tally()
+    t = Tally()
     t.contract = declared.to_json()
     (tmp_path / "tally-1-1.json").write_text(json.dumps(t.to_json()))
     monkeypatch.setenv("RMSNORM_TALLY_DIR", str(tmp_path))
     monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
-    monkeypatch.setattr(session, "_CONTRACT", None)
+    fresh = session.Session(TargetSpec("project"))
+    monkeypatch.setattr(session, "_CURRENT", fresh)
 
     def no_worker():
         raise AssertionError("the reporting process started a worker to learn the contract")
 
-    monkeypatch.setattr(session, "runner", no_worker)
-    pytest_plugin.collect_tally()
-    got = session.contract()
+    monkeypatch.setattr(fresh, "runner", no_worker)
+    report.collect_tally()
+    got = session.current().contract()
     assert got == declared and got.declared, got
 
 

@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
-from harness import session
-from harness.cases import GAP_FILL, WEIGHT_LAYOUTS, Case, materialize
-from harness.contract import Contract
+from harness.running import session
+from harness.running.spec import TargetSpec
+from harness.judging.cases import GAP_FILL, WEIGHT_LAYOUTS, Case, materialize
+from harness.judging.contract import Contract
 from tests._run import run
 
 
@@ -43,8 +44,7 @@ def _drawn(monkeypatch, contract: dict | None, law="forward_matches_reference", 
         monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
     else:
         monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps(contract))
-    monkeypatch.setattr(session, "_CONTRACT", None)
-    monkeypatch.setattr(session, "compiles", lambda: False)
+    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("project")))
     drawn = []
 
     @settings(max_examples=n, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -53,7 +53,6 @@ def _drawn(monkeypatch, contract: dict | None, law="forward_matches_reference", 
         drawn.append(case)
 
     draw()
-    monkeypatch.setattr(session, "_CONTRACT", None)
     return drawn
 
 

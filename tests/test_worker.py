@@ -2,8 +2,9 @@
 
 import pytest
 
-from harness.cases import Case
-from harness.worker import Runner
+from harness.judging.cases import Case
+from harness.running.spec import TargetSpec
+from harness.running.worker import Runner
 from tests._run import pytest_run, run
 
 
@@ -41,7 +42,7 @@ def test_a_load_ended_inside_torchs_build_lock_does_not_block_the_next(tmp_path,
 
     from torch.utils import cpp_extension
 
-    from harness import build
+    from rmsnorm import _build as build
 
     monkeypatch.setenv("RMSNORM_BUILD_ROOT", str(tmp_path / "builds"))
     src = tmp_path / "target.cpp"
@@ -108,8 +109,8 @@ def test_the_suite_never_alarms_on_correct_peers(tmp_path):
 def test_every_law_sorts_a_refusal_as_rejected():
     """A lenient target may refuse a dtype. Every law that runs on this lane must report that as
     rejected, never as a fault of the harness (a law that called the target directly once did)."""
-    from harness.laws import LAWS
-    from harness.target import default_device
+    from harness.judging.laws import LAWS
+    from harness.running.loading import default_device
 
     r = Runner("module:tests.targets.float32_only", default_device(), strict=False)
     r.start()
@@ -132,7 +133,7 @@ def test_every_law_sorts_a_refusal_as_rejected():
 
 _TURN = r"""
 import sys, time, torch
-import harness.laws.cuda as c
+import harness.judging.laws.cuda as c
 torch.cuda.synchronize = lambda device=None: None  # no GPU here: only the turn is under test
 torch.cuda.empty_cache = lambda: None
 c._TURN_WAIT_S = float(sys.argv[2])
@@ -152,7 +153,7 @@ def test_big_cases_take_turns_on_a_gpu(tmp_path):
     import sys
     import time
 
-    from harness.build import ROOT
+    from rmsnorm._buildenv import ROOT
 
     def start(name, wait_s, hold_s):
         return subprocess.Popen([sys.executable, "-c", _TURN, str(tmp_path / name), str(wait_s), str(hold_s)],
@@ -203,12 +204,13 @@ def test_cuda_errors_restart_the_worker_only_when_the_context_is_broken():
 
 
 def test_slow_targets_get_a_longer_case_limit(monkeypatch):
-    from harness import worker
+    from harness.running import worker
 
     monkeypatch.delenv("RMSNORM_CASE_TIMEOUT", raising=False)
-    assert worker.case_timeout_for("peer:compiled") == worker.SLOW_TARGETS_S["peer:compiled"] > worker.DEFAULT_TIMEOUT_S
+    compiled = TargetSpec("peer", "compiled")
+    assert worker.case_timeout_for(compiled) == worker.SLOW_TARGETS_S[compiled] > worker.DEFAULT_TIMEOUT_S
     assert worker.case_timeout_for("project") == worker.DEFAULT_TIMEOUT_S
-    assert Runner("peer:compiled", "cpu").timeout_s == worker.SLOW_TARGETS_S["peer:compiled"]
+    assert Runner("peer:compiled", "cpu").timeout_s == worker.SLOW_TARGETS_S[TargetSpec("peer", "compiled")]
     assert Runner("peer:compiled", "cpu", timeout_s=7).timeout_s == 7
     monkeypatch.setenv("RMSNORM_CASE_TIMEOUT", "30")  # the environment wins (DEFAULT_TIMEOUT_S is read at import)
     assert worker.case_timeout_for("peer:compiled") == worker.DEFAULT_TIMEOUT_S
@@ -219,7 +221,7 @@ def test_processes_side_by_side_share_the_cores(monkeypatch):
     thread per core made `gate -n 2` twice as slow as no -n on 2 cores)."""
     import os
 
-    from harness import session
+    from harness.running import worker as session  # where the cores' share is worked out
 
     for k in ("RMSNORM_CPU_THREADS", "PYTEST_XDIST_WORKER_COUNT", "RMSNORM_PROCESSES"):
         monkeypatch.delenv(k, raising=False)
@@ -252,7 +254,7 @@ import os
 import sys
 import threading
 
-from harness import worker
+from harness.running import worker
 
 
 def server_cmdline(q):
@@ -284,7 +286,7 @@ if __name__ == "__main__":
 ])
 def test_a_cpu_run_forks_its_fork_server_from_itself(tmp_path, how, expected):
     """A gate or fuzz session on the CPU starts its workers' fork server as a fork of itself, torch
-    imported once (harness.worker.start_fork_server_here): its workers are forked from a process
+    imported once (harness.running.worker.start_fork_server_here): its workers are forked from a process
     whose command line is the run's own. Beside a running thread, or with RMSNORM_FORK_SERVER_HERE=0,
     the usual server starts: a fresh interpreter."""
     probe = tmp_path / "probe.py"

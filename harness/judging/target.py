@@ -1,0 +1,220 @@
+"""The target as the laws see it: its calls (the seed card's forward and backward), each answer's form
+checked, and every exception sorted into a refusal (Rejected) or a crash (Crashed); and the outcomes a
+law ends in (LawFailure, NotApplicable, NoRoom). harness.running.loading builds and imports it."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+
+
+BREADCRUMB = None  # shared memory (set in the worker) naming the call into the target under way
+
+
+def _mark(what: str) -> None:
+    if BREADCRUMB is not None:
+        BREADCRUMB.value = what.encode()[:511]
+
+
+class Rejected(Exception):
+    """The target raised a clean exception for an input: allowed unless the run is strict."""
+
+
+class Crashed(Exception):
+    """The target raised a CUDA error, or broke the process or the CUDA context: always a failure.
+    The worker restarts unless the context still runs kernels (Target.context_usable)."""
+
+
+class LawFailure(AssertionError):
+    """The target returned a wrong answer (or broke a law)."""
+
+
+class NotApplicable(Exception):
+    """The law does not apply to this target or device."""
+
+
+class NoRoom(Exception):
+    """The case needs more GPU memory than this GPU has free: the law applies, but the case is not run
+    here. Neither the target's failure nor a refusal of the input (a smaller GPU, or other processes
+    holding memory, as the lane's gates side by side do)."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """A target's message without terminal escape codes (colours a compiler put in its error)."""
+    return _ANSI.sub("", text)
+
+
+_CUDA_ERROR = re.compile(
+    r"CUDA error|cudaError|illegal memory access|device-side assert|misaligned address|"
+    r"unspecified launch failure|an illegal instruction|CUDA driver error|CUBLAS_STATUS|"
+    r"operation not permitted when stream is capturing",
+    re.I,
+)
+
+
+@dataclass
+class Target:
+    module: ModuleType
+    spec: object  # harness.running.spec.TargetSpec: which target (the laws ask it what kind)
+    device: torch.device
+    strict: bool
+    has_ops: bool
+    note: str
+    # (row length N, whether this is the first call of its kind at this signature, seconds) of each
+    # call into the target since the worker last collected them: what tells a target that compiles
+    # on first use (its first calls at a new signature much slower than the rest) from one that
+    # does not. A signature: forward or backward, N, the dtypes, x's strides and eps.
+    calls: list = None  # type: ignore[assignment]
+    _seen: set = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.calls, self._seen = [], set()
+
+    @property
+    def has_backward(self) -> bool:
+        return callable(getattr(self.module, "backward", None))
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _signature(self, what: str, args) -> tuple | None:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        x = tensors[1] if what == "backward" and len(tensors) > 1 else (tensors[0] if tensors else None)
+        if x is None or x.dim() == 0:
+            return None
+        eps = next((a for a in args if isinstance(a, float)), None)
+        return (what, tuple(x.shape[-1:]), tuple(t.dtype for t in tensors), tuple(x.stride()), x.dim(), eps)
+
+    def call(self, what: str, fn, *args):
+        """Call into the target; sort any exception into Rejected or Crashed."""
+        _mark(what)
+        sig = self._signature(what, args) if what in ("forward", "backward") else None
+        first = sig is not None and sig not in self._seen
+        t0 = time.perf_counter()
+        try:
+            out = fn(*args)
+            if self.is_cuda:
+                self._probe(what)
+            if sig is not None:
+                self._seen.add(sig)
+                self.calls.append((sig[1][0], first, time.perf_counter() - t0))
+        except (Crashed, LawFailure):
+            raise
+        except Exception as e:  # noqa: BLE001 - any exception is data about the target
+            first_line = plain(str(e)).strip().splitlines()[0] if str(e).strip() else ""
+            msg = f"{what} raised {type(e).__name__}: {first_line}"
+            if self.is_cuda:
+                if _CUDA_ERROR.search(str(e)):
+                    raise Crashed(msg) from None
+                try:
+                    torch.cuda.synchronize(self.device)
+                except Exception as e2:  # noqa: BLE001
+                    raise Crashed(f"{msg}; then the CUDA context was broken: {e2}") from None
+            raise Rejected(msg) from None
+        finally:
+            _mark("")
+        return out
+
+    def _probe(self, what: str) -> None:
+        """After a call that returned: wait for its kernels, then launch one of ours, which
+        surfaces an error the target left pending (an unchecked failed launch) or a broken
+        context. Either is the target's failure, reported as a crash."""
+        try:
+            self._run_a_kernel()
+        except Exception as e:  # noqa: BLE001
+            raise Crashed(f"{what} returned but left a CUDA error behind: {str(e).strip().splitlines()[0]}") from None
+
+    def _run_a_kernel(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.ones(1, device=self.device).add_(1)
+        torch.cuda.synchronize(self.device)
+
+    def context_usable(self) -> bool:
+        """After a CUDA error has been raised (which clears one that is not sticky): does the
+        context still run a kernel? A sticky error (an illegal address, a device-side assert)
+        fails every call from then on."""
+        try:
+            self._run_a_kernel()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def forward(self, x, weight, eps):
+        """(y, inv_rms or None), with the outputs' form checked."""
+        out = self.call("forward", self.module.forward, x, weight, eps)
+        if isinstance(out, torch.Tensor):
+            y, inv = out, None
+        elif isinstance(out, (tuple, list)) and len(out) >= 1 and isinstance(out[0], torch.Tensor):
+            y = out[0]
+            inv = out[1] if len(out) > 1 and isinstance(out[1], torch.Tensor) else None
+        else:
+            raise LawFailure(f"forward returned {type(out).__name__}; expected a Tensor or (y, inv_rms)")
+        check_output("y", y, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
+        if inv is not None:
+            lead = tuple(x.shape[:-1])
+            rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+            if self.strict:
+                acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+                check_output("inv_rms", inv, lead, acc, x.device)
+            elif tuple(inv.shape) not in (lead, lead + (1,), (rows,)) or inv.device != x.device:
+                raise LawFailure(
+                    f"inv_rms: expected shape {list(lead)} (or with a trailing 1, or [{rows}]) on {x.device}, "
+                    f"but got {list(inv.shape)} on {inv.device}"
+                )
+        return y, inv
+
+    def backward(self, grad_out, x, weight, inv):
+        if not self.has_backward:
+            raise NotApplicable("target has no backward")
+        out = self.call("backward", self.module.backward, grad_out, x, weight, inv)
+        if not (isinstance(out, (tuple, list)) and len(out) >= 2):
+            raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
+        gx, gw = out[0], out[1]
+        for gname, g in (("grad_x", gx), ("grad_weight", gw)):
+            for iname, t in (("grad_out", grad_out), ("x", x), ("weight", weight), ("inv_rms", inv)):
+                if isinstance(g, torch.Tensor) and isinstance(t, torch.Tensor) and g.numel() and _same_memory(g, t):
+                    raise LawFailure(f"backward returned {gname} in the memory of its input {iname}: it overwrites "
+                                     f"{iname} in place")
+        check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
+        check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
+        return gx, gw
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+_WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
+          torch.float32: (torch.float64,), torch.float64: ()}
+
+
+def check_output(name, t, shape, dtype, device, *, allow_wider: bool = False) -> None:
+    """Shape, device and dtype of an output. allow_wider (targets other than this project):
+    a wider float dtype is accepted (e.g. float32 gradients for a bfloat16 weight, which
+    autograd casts back); its values are still compared."""
+    if not isinstance(t, torch.Tensor):
+        raise LawFailure(f"{name}: expected a Tensor, but got {type(t).__name__}")
+    problems = []
+    if tuple(t.shape) != tuple(shape):
+        problems.append(f"shape {list(shape)}, got {list(t.shape)}")
+    if t.dtype != dtype and not (allow_wider and t.dtype in _WIDER.get(dtype, ())):
+        problems.append(f"dtype {dtype}, got {t.dtype}")
+    if t.device != torch.device(device):
+        problems.append(f"device {device}, got {t.device}")
+    if problems:
+        raise LawFailure(f"{name}: expected " + "; expected ".join(problems))
+
+

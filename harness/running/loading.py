@@ -1,0 +1,67 @@
+"""Loading a target inside the worker process: built (cached) or imported, wrapped as the laws see it
+(harness.judging.target.Target), on the device the run asked for."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import torch
+
+import rmsnorm
+from harness.judging.target import Target
+from harness.running.spec import TargetSpec
+from rmsnorm import _build as build
+
+
+def load(spec: TargetSpec, device: str, strict: bool | None = None) -> Target:
+    """Build (cached) and import the target inside this process."""
+    spec = TargetSpec.parse(spec)  # a spec, or what a script or test wrote for one
+    dev = torch.device(device)
+    if spec.kind == "project":
+        module = rmsnorm.extension()
+        note = rmsnorm.build_note()
+        has_ops = True
+    elif spec.kind == "module":
+        # The current folder importable, as under `python -m`: the console command does not add it,
+        # and a module target beside the user once needed PYTHONPATH=.
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(spec.name)
+        note = spec.note()
+        has_ops = False
+    elif spec.kind == "mutant":
+        # The mutation tools build it: imported only for a mutant target.
+        from harness.mutants import builder
+
+        module = builder.load(spec.name, dev.type)
+        note = spec.note()
+        rmsnorm.adopt(module, note)
+        has_ops = True
+    elif spec.kind == "peer":
+        from harness.running import peers  # the panel imports its libraries: only for a peer target
+
+        module = peers.load(spec.name, device)
+        note = spec.note()
+        has_ops = False
+    else:
+        bspec, note = spec.build_spec()
+        module = build.build(bspec)
+        has_ops = False
+    if not callable(getattr(module, "forward", None)):
+        raise TypeError(f"target {spec}: module {module.__name__} has no callable forward(x, weight, eps)")
+    if strict is None:
+        strict = spec.project_code  # mutants are held to the project's contract
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda was asked for, but torch sees no GPU here")
+    return Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)
+
+
+def default_device() -> str:
+    env = os.environ.get("RMSNORM_DEVICE")
+    if env:
+        if env not in ("cpu", "cuda"):
+            raise ValueError(f"RMSNORM_DEVICE: expected 'cpu' or 'cuda', but got {env!r}")
+        return env
+    return "cuda" if torch.cuda.is_available() else "cpu"

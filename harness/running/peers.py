@@ -1,0 +1,225 @@
+"""The reference panel: RMSNorms people ship, wrapped to the seed card's contract so the gate can
+judge them (`--target peer:NAME`). They are the false-alarm test: each is correct in the dtypes
+it is meant for, and the gate must pass it there.
+
+  hf             Hugging Face's LlamaRMSNorm, written out as it computes (upcast to float32,
+                 normalise, round to the input dtype, multiply by the weight); backward by
+                 autograd through those ops
+  native         torch.nn.functional.rms_norm; on CUDA the fused ATen operators it runs
+                 (torch.ops.aten._fused_rms_norm and _fused_rms_norm_backward)
+  compiled       torch.compile of the hf function, forward and backward
+  liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); CUDA only
+
+Modes that show real faults, with the diagnosis the gate must give:
+  liger-inplace  Liger-Kernel's default in_place=True: backward writes grad_x into grad_out
+  liger-float64  Liger-Kernel given float64 input, which it computes at float32 precision
+  hf-float64     the same for the hf function, which upcasts only to float32
+
+hf, compiled and liger upcast to float32 and no further, so they are meant for float32,
+float16 and bfloat16: they refuse float64 with a clear error, and hf and compiled declare that
+contract (RMSNORM_CONTRACT), so the gate draws only inside it; the -float64 modes do not refuse
+float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT32_ONLY_NOTE = ("computes in float32 at most (it upcasts to float32, not to float64): float64 input is "
+                     "outside what it is meant for")
+
+
+def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm.forward, as a function."""
+    input_dtype = x.dtype
+    hidden = x.to(torch.float32)
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    hidden = hidden * torch.rsqrt(variance + eps)
+    return weight * hidden.to(input_dtype)
+
+
+class _EpsMemo:
+    """The card's backward gets inv_rms, not eps; a peer that differentiates through its forward
+    needs eps. Forward records it by x's identity (pointer, shape, strides, dtype); a backward
+    whose x no forward saw (a bad-input call) recovers eps per row from inv_rms instead."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._eps: dict[tuple, float] = {}
+
+    @staticmethod
+    def _key(x):
+        return (x.device, x.dtype, x.data_ptr(), tuple(x.shape), tuple(x.stride()))
+
+    def record(self, x, eps: float) -> None:
+        self._eps.pop(self._key(x), None)
+        self._eps[self._key(x)] = eps
+        while len(self._eps) > self.size:
+            self._eps.pop(next(iter(self._eps)))
+
+    def eps_for(self, x, inv_rms):
+        eps = self._eps.get(self._key(x))
+        if eps is not None:
+            return eps
+        x64 = x.detach().to(torch.float64)
+        ms = (x64 * x64).mean(-1, keepdim=True)
+        inv = inv_rms.detach().to(torch.float64).reshape(ms.shape)
+        return (1 / (inv * inv) - ms).clamp_min(0).to(torch.promote_types(x.dtype, torch.float32))
+
+
+class Peer:
+    """A peer as a target module: forward(x, weight, eps) and backward(grad_out, x, weight, inv)."""
+
+    device_types = ("cpu", "cuda")
+
+    def __init__(self, name: str, *, allow_float64: bool = True, contract: dict | None = None) -> None:
+        self.__name__ = f"peer:{name}"
+        self.name = name
+        self.allow_float64 = allow_float64
+        self.memo = _EpsMemo()
+        if contract is not None:
+            self.RMSNORM_CONTRACT = contract  # harness.judging.contract: drawn only inside it, held to it
+
+    def check_float64(self, x) -> None:
+        if x.dtype == torch.float64 and not self.allow_float64:
+            raise TypeError(f"peer:{self.name} {FLOAT32_ONLY_NOTE} (peer:{self.name}-float64 judges it there)")
+
+    def unavailable(self, device: str) -> str | None:
+        """None when the peer can run on device; otherwise why not."""
+        if torch.device(device).type not in self.device_types:
+            return f"peer:{self.name} runs on {' or '.join(self.device_types)} only, not {device}"
+        return None
+
+
+class Autograd(Peer):
+    """A function of torch ops; backward by autograd through it (hf, compiled)."""
+
+    def __init__(self, name: str, fn, **kw) -> None:
+        super().__init__(name, **kw)
+        self.fn = fn
+
+    def forward(self, x, weight, eps):
+        self.check_float64(x)
+        self.memo.record(x, eps)
+        return self.fn(x, weight, eps)
+
+    def backward(self, grad_out, x, weight, inv_rms):
+        self.check_float64(x)
+        eps = self.memo.eps_for(x, inv_rms)
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_()
+            wg = weight.detach().requires_grad_()
+            y = self.fn(xg, wg, eps)
+            gx, gw = torch.autograd.grad(y, (xg, wg), grad_out.to(y.dtype))
+        return gx, gw
+
+
+def _compiled_hf():
+    import torch._dynamo  # torch.compile's machinery: only for the compiled peer
+
+    # Every new dtype, layout or shape class compiles afresh; past the default limit dynamo
+    # would quietly run the eager function instead, and the peer would no longer be compiled.
+    for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 100_000)
+    return torch.compile(hf_rms_norm, dynamic=True)
+
+
+class Native(Autograd):
+    """F.rms_norm; on CUDA, where input and weight share a dtype, the fused ATen operators it
+    runs there, with their saved rstd handed from forward to backward as the card's inv_rms."""
+
+    def __init__(self) -> None:
+        super().__init__("native", lambda x, w, eps: torch.nn.functional.rms_norm(x, [x.shape[-1]], w, eps))
+
+    @staticmethod
+    def _fused(x, weight) -> bool:
+        return x.is_cuda and x.dtype == weight.dtype
+
+    def forward(self, x, weight, eps):
+        if self._fused(x, weight):
+            return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)  # (y, rstd [..., 1])
+        return super().forward(x, weight, eps)
+
+    def backward(self, grad_out, x, weight, inv_rms):
+        if self._fused(x, weight):
+            rstd = inv_rms.reshape(*x.shape[:-1], 1)
+            gx, gw = torch.ops.aten._fused_rms_norm_backward(grad_out, x, [x.shape[-1]], rstd, weight, [True, True])
+            return gx, gw
+        return super().backward(grad_out, x, weight, inv_rms)
+
+
+class Liger(Peer):
+    """liger_kernel.ops.rms_norm's forward and backward, as LigerRMSNormFunction calls them: every
+    tensor made contiguous first, the weight too (its ensure_contiguous; the kernels index the weight
+    as if it were), casting mode llama, offset 0."""
+
+    device_types = ("cuda",)
+
+    def __init__(self, name: str, *, in_place: bool, **kw) -> None:
+        super().__init__(name, **kw)
+        self.in_place = in_place
+
+    def unavailable(self, device):
+        why = super().unavailable(device)
+        if why:
+            return why
+        try:
+            import liger_kernel.ops.rms_norm  # noqa: F401
+        except ImportError as e:
+            return f"peer:{self.name} needs Liger-Kernel (pip install liger-kernel): {e}"
+        return None
+
+    def forward(self, x, weight, eps):
+        from liger_kernel.ops.rms_norm import rms_norm_forward  # an optional dependency (CUDA only)
+
+        self.check_float64(x)
+        y, _, rstd, _, _, _ = rms_norm_forward(x.contiguous(), weight.contiguous(), eps, 0.0, "llama", None)
+        return y, rstd
+
+    def backward(self, grad_out, x, weight, inv_rms):
+        from liger_kernel.ops.rms_norm import (  # an optional dependency (CUDA only)
+            _str_to_casting_mode, calculate_settings, rms_norm_backward)
+
+        self.check_float64(x)
+        n = x.shape[-1]
+        block, warps = calculate_settings(n)
+        rstd = inv_rms.reshape(-1).contiguous()
+        gx, gw = rms_norm_backward(grad_out.contiguous(), x.contiguous().view(-1, n), weight.contiguous(), rstd, 0.0,
+                                   _str_to_casting_mode["llama"], block, warps, self.in_place, None)
+        return gx, gw
+
+
+# What the peers are meant for, declared (harness.judging.contract): hf, compiled and Liger-Kernel upcast to
+# float32 and no further; Liger-Kernel's kernels take rows of at most 65536 (calculate_settings
+# refuses more, seen on the H200).
+UPCAST_TO_FLOAT32 = {"dtypes": ["float32", "float16", "bfloat16"]}
+LIGER = {"dtypes": ["float32", "float16", "bfloat16"], "max_n": 65536}
+
+
+def _registry():
+    return {
+        "hf": lambda: Autograd("hf", hf_rms_norm, allow_float64=False, contract=UPCAST_TO_FLOAT32),
+        "hf-float64": lambda: Autograd("hf-float64", hf_rms_norm),
+        "native": Native,
+        "compiled": lambda: Autograd("compiled", _compiled_hf(), allow_float64=False, contract=UPCAST_TO_FLOAT32),
+        "liger": lambda: Liger("liger", in_place=False, allow_float64=False, contract=LIGER),
+        "liger-inplace": lambda: Liger("liger-inplace", in_place=True, allow_float64=False, contract=LIGER),
+        "liger-float64": lambda: Liger("liger-float64", in_place=False, contract={**LIGER, "dtypes": ["float64"]}),
+    }
+
+
+NAMES = tuple(_registry())
+PANEL = ("hf", "native", "compiled", "liger")  # the false-alarm panel: each must pass the gate
+
+
+def load(name: str, device: str) -> Peer:
+    """The peer called name, ready to run on device; ValueError when it cannot run here."""
+    reg = _registry()
+    if name not in reg:
+        raise ValueError(f"no peer {name!r}; expected peer:NAME with NAME one of {', '.join(reg)}")
+    peer = reg[name]()
+    why = peer.unavailable(device)
+    if why:
+        raise ValueError(why)
+    return peer
