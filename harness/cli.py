@@ -42,6 +42,21 @@ def target_args(p: argparse.ArgumentParser) -> None:
                    help="a class of inputs not supported, repeatable: one condition or two joined by '&' "
                         "(dtype=D, weight_dtype=D, layout=L, weight_layout=L, n>M, n%%K, zero_rows), e.g. "
                         "'dtype=bfloat16&n%%2' for an even N in bfloat16")
+    v = p.add_argument_group("the RMSNorm it is (a variant of the card's; its call form: README, 'Judging a fused or "
+                             "Gemma RMSNorm')")
+    v.add_argument("--residual", default=None, choices=("none", "returned", "prenorm", "in_place"),
+                   help="a fused residual add: the sum returned beside y (prenorm is the same), or written in place")
+    v.add_argument("--residual-dtype", default=None, choices=("x", "float32"),
+                   help="the residual stream's dtype: x's (default) or float32 (residual_in_fp32)")
+    v.add_argument("--sum", default=None, choices=("float32", "stored"),
+                   help="which sum a fused add normalises: the float32 one (default) or the one stored in the "
+                        "residual's dtype")
+    v.add_argument("--weight-offset", type=float, default=None, metavar="0|1",
+                   help="1: the weight is applied as (1 + w), the 1 added in float32 (Gemma)")
+    v.add_argument("--no-weight", action="store_true", help="no weight: y is the normalised x")
+    v.add_argument("--order", default=None, choices=("cast_then_multiply", "multiply_in_float32", "all_in_dtype"),
+                   help="where a 16-bit y is rounded: x_hat rounded, then times w (HF Llama); times w in float32, "
+                        "rounded once (Gemma); all in the dtype (Liger 'none'); held bit for bit to its window")
     p.add_argument("--require", default=None, metavar="LAWS",
                    help="optional laws the target is held to, comma-separated: deterministic, batch-invariant, or "
                         "none (default: both for this project and its mutants, none for other targets)")

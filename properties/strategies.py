@@ -436,6 +436,17 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
         "opcheck": lambda: cases(max_elements=512, patterns=("normal",)),
         "compile_equals_eager": lambda: cases(max_elements=512, patterns=("normal",), many_rows=False),
         "cuda_graph_equals_eager": lambda: cases(max_elements=1 << 14, patterns=("normal",)),
+        "variant_forward_matches_reference": lambda: cases(),
+        "variant_every_output_written": lambda: cases(patterns=("normal", "uniform", "spike", "constant")),
+        "variant_backward_matches_reference": lambda: cases(patterns=("normal", "uniform", "spike")),
+        "variant_gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",)),
+        "variant_outputs_kept": lambda: cases(min_rows=1, max_elements=1 << 14),
+        "variant_bad_inputs_raise": lambda: cases(max_elements=4096, patterns=("normal",)),
+        "variant_aliased_residual": lambda: cases(min_rows=2, max_elements=1 << 14, layouts=("contiguous",),
+                                                  patterns=("normal",)),
+        "variant_two_layers": lambda: cases(max_elements=1 << 12, layouts=("contiguous",), patterns=("normal",)),
+        "follows_declared_order": lambda: cases(dtypes=("bfloat16", "float16"), patterns=("normal", "uniform",
+                                                                                          "spike", "tiny")),
     }
     try:
         return table[law]()

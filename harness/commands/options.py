@@ -26,8 +26,10 @@ def apply_target_env(args) -> None:
         parse_required(args.require)  # a ValueError names what was wrong (exit 2)
         os.environ[REQUIRE_ENV] = args.require
 
+    variant = {"residual": args.residual, "residual_dtype": args.residual_dtype, "sum": args.sum,
+               "weight_offset": args.weight_offset, "weight": False if args.no_weight else None, "order": args.order}
     declared = from_args(args.dtypes, args.weight_dtypes, args.layouts, args.max_n, args.no_zero_rows,
-                         args.n_multiple_of, args.max_row_bytes, args.weight_layouts, args.exclude)
+                         args.n_multiple_of, args.max_row_bytes, args.weight_layouts, args.exclude, variant)
     if declared is not None:
         os.environ[ENV] = json.dumps(declared)
         os.environ[ENV + "_FROM"] = "cli"

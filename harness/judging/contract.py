@@ -29,10 +29,11 @@ import os
 from dataclasses import dataclass
 
 from harness.judging.cases import DTYPES, LAYOUTS, WEIGHT_LAYOUTS, Case
+from harness.judging.variant import KEYS as VARIANT_KEYS, Variant
 
 WEIGHT_CHOICES = ("same", "float32")  # the weight in x's dtype, or float32
 KEYS = ("dtypes", "weight_dtypes", "layouts", "weight_layouts", "max_n", "max_row_bytes", "n_multiple_of",
-        "zero_rows", "exclude")
+        "zero_rows", "exclude") + VARIANT_KEYS
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}  # bytes of an element of x
 
 
@@ -109,6 +110,8 @@ class Contract:
     # Inferred from the target's refusals (harness.judging.refusals), not declared: refusals are still judged by
     # class, and a refusal inside it is not a failure by itself.
     inferred: bool = False
+    # The RMSNorm it is (harness.judging.variant): a fused residual add, (1 + w), no weight, the rounding order.
+    variant: Variant = Variant()
 
     @property
     def declared(self) -> bool:
@@ -194,7 +197,8 @@ class Contract:
             exclude = tuple(dict.fromkeys(parse_class(c) for c in exclude))
         except ValueError as e:
             raise ValueError(f"contract ({source}): exclude: {e}") from None
-        return cls(dtypes=dtypes, weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
+        variant = Variant.from_dict(d, source)
+        return cls(variant=variant, dtypes=dtypes, weight_dtypes=choice("weight_dtypes", WEIGHT_CHOICES),
                    layouts=choice("layouts", LAYOUTS),
                    weight_layouts=weight_layouts,
                    max_n=max_n, max_row_bytes=row_bytes, n_multiple_of=multiple,
@@ -207,7 +211,7 @@ class Contract:
                 "max_n": self.max_n, "max_row_bytes": self.max_row_bytes,
                 "n_multiple_of": self.n_multiple_of,
                 "zero_rows": self.zero_rows,
-                **({"exclude": list(self.exclude)} if self.exclude else {})}
+                **({"exclude": list(self.exclude)} if self.exclude else {}), **self.variant.to_dict()}
 
     def to_json(self) -> dict:
         """The contract and where it was declared (Contract.from_json reads it back)."""
@@ -276,6 +280,8 @@ class Contract:
             parts.append("no zero rows")
         if self.exclude:
             parts.append("excluding " + ", ".join(self.exclude))
+        if self.variant.to_dict():
+            parts.append(self.variant.describe())
         return parts
 
     def leaves_nothing_for(self, law: str, has_backward: bool) -> str | None:
@@ -300,6 +306,10 @@ class Contract:
             flag = "--" + key.replace("_", "-")
             if key == "zero_rows":
                 flags.append("--no-zero-rows")
+            elif key == "weight":
+                flags.append("--no-weight")
+            elif key == "weight_offset":
+                flags.append(f"--weight-offset {value:g}")
             elif key == "exclude":
                 flags += [f"--exclude '{c}'" for c in value]
             elif isinstance(value, list):
@@ -342,9 +352,11 @@ def of_target(module, spec: str) -> Contract:
 
 def from_args(dtypes: str | None, weight_dtypes: str | None, layouts: str | None, max_n: int | None,
               no_zero_rows: bool, n_multiple_of: int | None = None, max_row_bytes: int | None = None,
-              weight_layouts: str | None = None, exclude: list[str] | None = None) -> dict | None:
-    """A declaration from command-line options, or None when none was given."""
-    d: dict = {}
+              weight_layouts: str | None = None, exclude: list[str] | None = None,
+              variant: dict | None = None) -> dict | None:
+    """A declaration from command-line options, or None when none was given. variant: the variant keys
+    given (residual, residual_dtype, sum, weight_offset, weight, order), each None where not given."""
+    d: dict = {k: v for k, v in (variant or {}).items() if v is not None}
     if exclude:
         d["exclude"] = list(exclude)
     for key, val in (("dtypes", dtypes), ("weight_dtypes", weight_dtypes), ("layouts", layouts),

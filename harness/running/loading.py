@@ -10,6 +10,7 @@ import sys
 import torch
 
 import rmsnorm
+from harness.judging.contract import of_target
 from harness.judging.target import Target
 from harness.running.spec import TargetSpec
 from rmsnorm import _build as build
@@ -55,7 +56,9 @@ def load(spec: TargetSpec, device: str, strict: bool | None = None) -> Target:
         strict = spec.project_code  # mutants are held to the project's contract
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device cuda was asked for, but torch sees no GPU here")
-    return Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)
+    t = Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)
+    t.variant = of_target(module, spec).variant  # the call form its laws judge (harness.judging.variant)
+    return t
 
 
 def default_device() -> str:

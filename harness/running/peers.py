@@ -115,14 +115,18 @@ class Autograd(Peer):
 
 
 def _compiled_hf():
-    import torch._dynamo  # torch.compile's machinery: only for the compiled peer
+    return _compiled(hf_rms_norm)
+
+
+def _compiled(fn):
+    import torch._dynamo  # torch.compile's machinery: only for the compiled peers
 
     # Every new dtype, layout or shape class compiles afresh; past the default limit dynamo
     # would quietly run the eager function instead, and the peer would no longer be compiled.
     for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 100_000)
-    return torch.compile(hf_rms_norm, dynamic=True)
+    return torch.compile(fn, dynamic=True)
 
 
 class Native(Autograd):
@@ -190,27 +194,88 @@ class Liger(Peer):
         return gx, gw
 
 
+def hf_gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' GemmaRMSNorm.forward, as a function: normalised in float32, times (1 + w) in float32,
+    rounded once to x's dtype."""
+    xf = x.float()
+    out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (out * (1.0 + weight.float())).type_as(x)
+
+
+class VariantPeer(Peer):
+    """A peer in a variant's call form (harness.judging.variant): forward(x, weight, eps[, residual]), its
+    backward autograd's, through the function."""
+
+    def __init__(self, name: str, fn, **kw) -> None:
+        super().__init__(name, **kw)
+        self.fn = fn
+
+    def forward(self, x, weight, eps, *residual):
+        self.check_float64(x)
+        return self.fn(x, weight, eps, *residual)
+
+
+class LigerVariant(VariantPeer):
+    """Liger-Kernel as its users call its variants: LigerRMSNormFunction with Gemma's offset and casting
+    mode, LigerFusedAddRMSNormFunction; CUDA only."""
+
+    device_types = ("cuda",)
+
+    def unavailable(self, device):
+        return Liger.unavailable(self, device)
+
+
+def _liger_gemma(x, weight, eps):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # an optional dependency (CUDA only)
+
+    return LigerRMSNormFunction.apply(x.contiguous(), weight.contiguous(), eps, 1.0, "gemma", False)
+
+
+def _liger_fused_add(x, weight, eps, residual):
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction  # an optional dependency
+
+    return LigerFusedAddRMSNormFunction.apply(x.contiguous(), residual.contiguous(), weight.contiguous(), eps, 0.0,
+                                              "llama", False)
+
+
 # What the peers are meant for, declared (harness.judging.contract): hf, compiled and Liger-Kernel upcast to
 # float32 and no further; Liger-Kernel's kernels take rows of at most 65536 (calculate_settings
 # refuses more, seen on the H200).
 UPCAST_TO_FLOAT32 = {"dtypes": ["float32", "float16", "bfloat16"]}
+# HF's Llama and Qwen3 round x_hat to x's dtype, then multiply by the weight; Gemma multiplies by (1 + w) in
+# float32 and rounds once (harness.judging.order).
+HF_LLAMA = {**UPCAST_TO_FLOAT32, "order": "cast_then_multiply"}
+HF_GEMMA = {**UPCAST_TO_FLOAT32, "weight_offset": 1, "order": "multiply_in_float32"}
 LIGER = {"dtypes": ["float32", "float16", "bfloat16"], "max_n": 65536}
 
 
 def _registry():
     return {
-        "hf": lambda: Autograd("hf", hf_rms_norm, allow_float64=False, contract=UPCAST_TO_FLOAT32),
+        "hf": lambda: Autograd("hf", hf_rms_norm, allow_float64=False, contract=HF_LLAMA),
+        # Qwen3RMSNorm is LlamaRMSNorm's code, also used per head (q_norm, k_norm over head_dim).
+        "hf-qwen3": lambda: Autograd("hf-qwen3", hf_rms_norm, allow_float64=False, contract=HF_LLAMA),
+        "hf-gemma": lambda: VariantPeer("hf-gemma", hf_gemma_rms_norm, allow_float64=False, contract=HF_GEMMA),
+        "native-noweight": lambda: VariantPeer("native-noweight", lambda x, w, eps: torch.nn.functional.rms_norm(
+            x, [x.shape[-1]], None, eps), contract={"weight": False}),
+        "compiled-gemma": lambda: VariantPeer("compiled-gemma", _compiled(hf_gemma_rms_norm), allow_float64=False,
+                                              contract=HF_GEMMA),
         "hf-float64": lambda: Autograd("hf-float64", hf_rms_norm),
         "native": Native,
         "compiled": lambda: Autograd("compiled", _compiled_hf(), allow_float64=False, contract=UPCAST_TO_FLOAT32),
         "liger": lambda: Liger("liger", in_place=False, allow_float64=False, contract=LIGER),
         "liger-inplace": lambda: Liger("liger-inplace", in_place=True, allow_float64=False, contract=LIGER),
         "liger-float64": lambda: Liger("liger-float64", in_place=False, contract={**LIGER, "dtypes": ["float64"]}),
+        "liger-gemma": lambda: LigerVariant("liger-gemma", _liger_gemma, allow_float64=False,
+                                            contract={**LIGER, "weight_offset": 1, "order": "multiply_in_float32"}),
+        "liger-fused-add": lambda: LigerVariant("liger-fused-add", _liger_fused_add, allow_float64=False,
+                                                contract={**LIGER, "residual": "returned", "sum": "stored",
+                                                          "order": "cast_then_multiply"}),
     }
 
 
 NAMES = tuple(_registry())
-PANEL = ("hf", "native", "compiled", "liger")  # the false-alarm panel: each must pass the gate
+PANEL = ("hf", "native", "compiled", "liger", "hf-qwen3", "hf-gemma", "native-noweight", "compiled-gemma",
+         "liger-gemma", "liger-fused-add")  # the false-alarm panel: each must pass the gate where it runs
 
 
 def load(name: str, device: str) -> Peer:

@@ -84,7 +84,10 @@ def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
     except Exception:  # noqa: BLE001 - the target did not load: the set-up error says why
         pass
     if skipped:
-        lines.append("not run: " + "; ".join(f"{n} ({why})" for n, why in skipped))
+        by_why: dict[str, list[str]] = {}
+        for name, why in skipped:  # "law: why" (the law's own name before the colon)
+            by_why.setdefault(why.split(": ", 1)[1] if ": " in why else why, []).append(name)
+        lines.append("not run: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_why.items()))
     if t.by_law:
         lines.append(f"{'law':34} {'cases':>7} {'passed':>7} {'rejected':>9} {'failed':>7} {'seconds':>8}")
         for law in sorted(t.by_law):

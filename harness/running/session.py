@@ -209,7 +209,8 @@ class Session:
         the contract leaves it nothing to draw."""
         info = self.runner().info
         t = SimpleNamespace(is_cuda=info["device"].startswith("cuda"), has_ops=info["has_ops"],
-                            has_backward=info["has_backward"], spec=self.spec)
+                            has_backward=info["has_backward"], spec=self.spec,
+                            variant=self.declared_contract().variant)
         why = LAWS[law].applicable(t)
         if not why:
             nothing = self.contract().leaves_nothing_for(law, bool(info["has_backward"]))

@@ -7,7 +7,9 @@ properties/test_*.py groups their tests:
               calls at neighbouring signatures
   errors      bad inputs raise cleanly
   cuda        past 2^31 elements, the current stream, CUDA graphs
-  ops         this project's operators: opcheck, torch.compile
+  operators   this project's operators: opcheck, torch.compile
+  variants    the RMSNorms people ship beside the card's (a fused add, (1 + w), no weight), and the law of
+              a declared rounding order
 
 Each law takes (target, case), raises LawFailure with a readable diagnosis when the target
 breaks it, and returns a dict of facts for the run's summary. Target exceptions arrive as
@@ -20,7 +22,8 @@ from __future__ import annotations
 from harness.judging.cases import Case
 from harness.judging.target import NotApplicable, Target
 from harness.judging.laws.registry import LAWS, Law, law  # noqa: F401
-from harness.judging.laws import (cuda, errors, invariance, memory, numerics, operators as ops)  # noqa: F401,E402  (each registers its laws)
+from harness.judging.laws import (cuda, errors, invariance, memory, numerics, operators,  # noqa: F401,E402
+                                  variants)  # each registers its laws
 
 
 def run_law(target: Target, name: str, case: Case, **kw) -> dict:

@@ -39,14 +39,21 @@ def required(spec) -> set[str]:
     return set()
 
 
+FORMS = ("card", "variant", "any")  # the call forms a law judges (harness.judging.variant)
+
+
 class Law:
-    def __init__(self, fn, *, backward=False, ops=False, cuda=False, optional=False):
+    def __init__(self, fn, *, backward=False, ops=False, cuda=False, optional=False, form="card", when=None):
+        if form not in FORMS:
+            raise ValueError(f"law {fn.__name__}: expected form from {FORMS}, but got {form!r}")
         self.fn = fn
         self.name = fn.__name__
         self.needs_backward = backward
         self.needs_ops = ops
         self.needs_cuda = cuda
         self.optional = optional
+        self.form = form  # card: the card's forward/backward; variant: a variant's call form; any: either
+        self.when = when  # variant -> why the law does not apply to it, or None (a variant law's own condition)
         self.doc = (fn.__doc__ or "").strip().splitlines()[0]
 
     def applicable(self, target: Target) -> str | None:
@@ -57,6 +64,14 @@ class Law:
             return "needs a CUDA device (CPU lane)"
         if self.needs_ops and not target.has_ops:
             return "needs this project's torch.ops.rmsnorm operators"
+        variant = getattr(target, "variant", None)
+        if variant is not None and self.form == "card" and not variant.plain:
+            return f"judges the card's call form; this target is a variant ({variant.describe()}): its variant laws do"
+        if self.form == "variant" and (variant is None or variant.plain):
+            return "judges a variant's call form (a fused add, (1 + w), no weight); this target has the card's"
+        why = self.when(variant) if self.when is not None and variant is not None else None
+        if why:
+            return why
         if self.needs_backward and not target.has_backward:
             return "target has no backward"
         return None

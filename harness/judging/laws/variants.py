@@ -1,0 +1,435 @@
+"""Laws of the RMSNorms people ship beside the card's (harness.judging.variant): a fused residual add, Gemma's
+(1 + w), no weight, each in its own call form, with gradients through autograd; and the law of the declared
+rounding order, which holds any target that declares one, the card's form too."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import torch
+from torch.autograd.gradcheck import GradcheckError
+
+from harness.judging import judge, order as orders, tolerance as tol, variant as var
+from harness.judging.cases import Case, materialize
+from harness.judging.laws.common import POISON_FINITE, POISON_NAN, _bits, _fail, _same_bits, _untouched, poison
+from harness.judging.laws.memory import OTHER_SEED
+from harness.judging.laws.numerics import GRADCHECK_OPTS
+from harness.judging.laws.registry import law
+from harness.judging.target import LawFailure, NotApplicable, Rejected, Target
+
+# The window of the declared order: how far, in float32 units, a correct kernel's own float32 values may sit
+# from the eager emulation's before the rounding to 16 bits (another reduction order, rsqrtf's error). Four
+# times the most that correct kernels of each order needed over 800 drawn cases, 13,000 runs: 64 in float16,
+# 256 in bfloat16 (benchmarks/results/cpu/rounding-order.txt); other orders were caught in 100% of cases of
+# 256 elements or more at these widths.
+ORDER_WINDOW_ULPS = {torch.float16: 256, torch.bfloat16: 1024}
+
+
+def _not_in_place(v) -> str | None:
+    return "an in-place fused add is for inference: it has no backward" if v.residual == "in_place" else None
+
+
+def _fused_only(v) -> str | None:
+    return None if v.fused else "needs a fused residual add"
+
+
+def _inputs(target: Target, case: Case) -> var.Inputs:
+    return var.materialize(case, target.variant, target.device, materialize(case, target.device))
+
+
+def _clone(t):
+    return None if t is None else t.clone()
+
+
+def _forward(target: Target, inp: var.Inputs, eps: float, case: Case, *, label: str = "",
+             poison_byte: int | None = POISON_NAN) -> dict:
+    """Call the variant's forward on copies where it writes in place, judge every output against the float64
+    reference within its bound, and the inputs it must leave alone untouched. Returns the outputs."""
+    v = target.variant
+    x, r = (_clone(inp.x), _clone(inp.residual)) if v.residual == "in_place" else (inp.x, inp.residual)
+    exp = var.expect_forward(v, inp.x, inp.weight, eps, inp.residual)
+    if poison_byte is not None and v.residual != "in_place":
+        sizes = [x.numel() * x.element_size()] + ([r.numel() * r.element_size()] if r is not None else [])
+        poison(x.device, sizes, poison_byte)
+    kept = {"weight": inp.weight} if inp.weight is not None else {}
+    if v.residual != "in_place":
+        kept.update(x=x, **({"residual": r} if r is not None else {}))
+    with _untouched("forward", case, **kept):
+        out = var.call(target, v, x, inp.weight, eps, r)
+    _check_form(out, inp, v, target)
+    rows = judge.row_mask(exp.rows_ok, inp.x.shape)
+    msgs = [judge.compare(f"{label}y", out["y"], exp.y_ref, exp.bound_y, check=rows,
+                          nan_ok=judge.row_mask(exp.nonfinite, inp.x.shape), input_dtype=inp.x.dtype,
+                          analysis=exp.analysis_y)]
+    if exp.res_ref is not None:
+        msgs.append(judge.compare(f"{label}residual_out (the sum)", out["residual_out"], exp.res_ref, exp.bound_res,
+                                  input_dtype=out["residual_out"].dtype))
+    _fail(msgs, case, f"\n  variant: {v.describe()}")
+    return out
+
+
+def _check_form(out: dict, inp: var.Inputs, v, target: Target) -> None:
+    y = out["y"]
+    if tuple(y.shape) != tuple(inp.x.shape) or y.device != inp.x.device:
+        raise LawFailure(f"y: expected shape {list(inp.x.shape)} on {inp.x.device}, but got {list(y.shape)} on "
+                         f"{y.device}")
+    if "residual_out" in out:
+        ro = out["residual_out"]
+        want = v.residual_torch_dtype(inp.x.dtype)
+        if tuple(ro.shape) != tuple(inp.x.shape) or (ro.dtype != want and target.strict):
+            raise LawFailure(f"residual_out: expected shape {list(inp.x.shape)} in {want}, but got "
+                             f"{list(ro.shape)} in {ro.dtype}")
+
+
+@law(form="variant")
+def variant_forward_matches_reference(target: Target, case: Case):
+    """A variant's outputs (y, and the sum it returns or writes in place) agree with its float64 reference,
+    every layout (the residual's as x's), zero rows and inf/NaN included; the inputs it must not write,
+    untouched."""
+    _forward(target, _inputs(target, case), case.eps, case)
+    return {}
+
+
+@law(form="variant")
+def variant_every_output_written(target: Target, case: Case):
+    """Every output of a variant is written: its memory poisoned with NaN, then with a finite value, and the
+    outputs still match the reference."""
+    inp = _inputs(target, case)
+    for byte, label in ((POISON_NAN, "[NaN-poisoned] "), (POISON_FINITE, "[0x42-poisoned] ")):
+        _forward(target, inp, case.eps, case, label=label, poison_byte=byte)
+    return {}
+
+
+def _grads(target: Target, inp: var.Inputs, eps: float, *, dtype=None):
+    """The target's gradients through autograd: (dict of outputs, dict of gradients) for x, the residual and
+    the weight, given grad_y and (a returned sum) grad_residual_out."""
+    v = target.variant
+    leaves = {"x": inp.x.detach().clone().requires_grad_()}
+    if inp.residual is not None:
+        leaves["residual"] = inp.residual.detach().clone().requires_grad_()
+    if inp.weight is not None:
+        leaves["weight"] = inp.weight.detach().clone().requires_grad_()
+    out = var.call(target, v, leaves["x"], leaves.get("weight"), eps, leaves.get("residual"))
+    outs, gouts = [out["y"]], [inp.grad_y.to(out["y"].dtype)]
+    if "residual_out" in out:
+        outs.append(out["residual_out"])
+        gouts.append(inp.grad_residual.to(out["residual_out"].dtype))
+    if not any(o.requires_grad for o in outs):
+        raise LawFailure("the forward's outputs carry no gradient: a variant target is differentiated through its "
+                         "forward (autograd), so its forward must be differentiable")
+    names = list(leaves)
+    got = torch.autograd.grad(outs, [leaves[n] for n in names], gouts, allow_unused=True)
+    return out, dict(zip(names, got))
+
+
+def _reference_grads(v, inp: var.Inputs, eps: float) -> dict:
+    """float64 gradients of the variant's reference, for the same grad_y and grad_residual_out."""
+    leaves = {"x": inp.x.detach().to(torch.float64).requires_grad_()}
+    if inp.residual is not None:
+        leaves["residual"] = inp.residual.detach().to(torch.float64).requires_grad_()
+    if inp.weight is not None:
+        leaves["weight"] = inp.weight.detach().to(torch.float64).requires_grad_()
+    rdt = v.residual_torch_dtype(inp.x.dtype) if v.fused else None
+    y, ro = orders.reference64(leaves["x"], leaves.get("weight"), eps, order=v.order or "multiply_in_float32",
+                               weight_offset=v.weight_offset, residual=leaves.get("residual"), sum_in=v.sum,
+                               residual_dtype=rdt, has_weight=v.weight)
+    outs, gouts = [y], [inp.grad_y.to(torch.float64)]
+    if ro is not None and v.residual == "returned":
+        outs.append(ro)
+        gouts.append(inp.grad_residual.to(torch.float64))
+    names = list(leaves)
+    got = torch.autograd.grad(outs, [leaves[n] for n in names], gouts, allow_unused=True)
+    return {n: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, got)}
+
+
+def _eager_grads(v, inp: var.Inputs, eps: float) -> list[dict]:
+    """The gradients of each eager emulation the variant may follow (autograd through it, in the dtypes)."""
+    out = []
+    for o in ([v.order] if v.order else ["cast_then_multiply", "multiply_in_float32"]):
+        leaves = {"x": inp.x.detach().clone().requires_grad_()}
+        if inp.residual is not None:
+            leaves["residual"] = inp.residual.detach().clone().requires_grad_()
+        if inp.weight is not None:
+            leaves["weight"] = inp.weight.detach().clone().requires_grad_()
+        rdt = v.residual_torch_dtype(inp.x.dtype) if v.fused else None
+        try:
+            y, ro = orders.emulate(leaves["x"], leaves.get("weight"), eps, order=o, weight_offset=v.weight_offset,
+                                   residual=leaves.get("residual"), sum_in=v.sum, residual_dtype=rdt,
+                                   has_weight=v.weight)
+        except ValueError:
+            continue
+        outs, gouts = [y], [inp.grad_y.to(y.dtype)]
+        if ro is not None and v.residual == "returned":
+            outs.append(ro)
+            gouts.append(inp.grad_residual.to(ro.dtype))
+        names = list(leaves)
+        got = torch.autograd.grad(outs, [leaves[n] for n in names], gouts, allow_unused=True)
+        out.append({n: g for n, g in zip(names, got) if g is not None})
+    return out
+
+
+@law(form="variant", when=_not_in_place)
+def variant_backward_matches_reference(target: Target, case: Case):
+    """A variant's gradients through autograd (x's, the residual's, the weight's) agree with its float64
+    reference: the returned sum's gradient added to the norm's (dres + dout * dnorm, not (dres + dout) *
+    dnorm), the offset's weight gradient that of x_hat."""
+    v = target.variant
+    inp = _inputs(target, case)
+    _, got = _grads(target, inp, case.eps)
+    ref = _reference_grads(v, inp, case.eps)
+    eagers = _eager_grads(v, inp, case.eps)
+    s = var.normalised_input(v, inp.x, inp.residual)
+    stats = tol.row_stats(s, case.eps)
+    w_eff = var.effective_weight(v, inp.weight, case.n, inp.x.device)
+    gy = inp.grad_y.to(torch.float64)
+    gw_dtype = inp.weight.dtype if inp.weight is not None else torch.float32
+    bx, bw = tol.backward_bounds(gy, s, w_eff, stats, stats.d_inv, ref["x"], ref.get("weight", torch.zeros(case.n,
+                                 dtype=torch.float64)), gw_dtype)
+    if v.residual == "returned":  # the returned sum's gradient is added in, then rounded to each input's dtype
+        bx = bx + (inp.grad_residual.to(torch.float64).abs() + ref["x"].abs()) * tol.unit_roundoff(inp.x.dtype)
+    rows = judge.row_mask(stats.grad_verifiable, inp.x.shape)
+    msgs = []
+    for name in got:
+        g = got[name]
+        if g is None:
+            msgs.append(judge.Mismatch(name, [f"grad_{name}: no gradient reached {name} through the forward"]))
+            continue
+        bound = bw if name == "weight" else bx
+        if name == "residual":
+            bound = bound + ref["residual"].abs() * tol.unit_roundoff(inp.residual.dtype)
+        analysis = bound
+        for e in eagers:
+            if name in e:
+                bound = torch.maximum(bound, judge._eager_widened(
+                    analysis, e[name], ref[name], rows if name != "weight" else torch.ones_like(ref[name], dtype=torch.bool),
+                    rowwise=name != "weight"))
+        if name == "weight" and not bool(stats.verifiable.all()):
+            continue  # grad_weight sums every row: compared only when every row is
+        msgs.append(judge.compare(f"grad_{name}", g, ref[name], bound, check=rows if name != "weight" else None,
+                                  strict_nonfinite=False, nan_ok=judge.row_mask(~stats.finite, inp.x.shape)
+                                  if name != "weight" else torch.full_like(ref[name], bool((~stats.finite).any()),
+                                                                           dtype=torch.bool),
+                                  index_names=("col",) if name == "weight" else ("row", "col"),
+                                  input_dtype=inp.x.dtype, analysis=analysis))
+    _fail(msgs, case, f"\n  variant: {v.describe()}")
+    return {}
+
+
+@law(form="variant", when=_not_in_place)
+def variant_gradcheck(target: Target, case: Case):
+    """torch.autograd.gradcheck of every output a variant returns (y, and the sum it returns) with respect to
+    x, the residual and the weight, in float64 where the target takes it, else float32."""
+    v = target.variant
+    gen = torch.Generator().manual_seed(case.seed)
+    rows, n = max(1, min(case.rows, 3)), max(1, min(case.n, 8))
+    mag = lambda: (0.5 + torch.rand(rows, n, generator=gen, dtype=torch.float64)) * torch.where(  # noqa: E731
+        torch.rand(rows, n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    x0, r0, w0 = mag(), mag(), torch.randn(n, generator=gen, dtype=torch.float64)
+    eps = max(case.eps, 1e-6)
+    last = None
+    for dt in (torch.float64, torch.float32):
+        leaves = [x0.to(dt).to(target.device).requires_grad_()]
+        if v.fused:
+            leaves.append(r0.to(dt).to(target.device).requires_grad_())
+        if v.weight:
+            leaves.append(w0.to(dt).to(target.device).requires_grad_())
+
+        def fn(*ts):
+            x = ts[0]
+            r = ts[1] if v.fused else None
+            w = ts[-1] if v.weight else None
+            out = var.call(target, v, x, w, eps, r)
+            return (out["y"], out["residual_out"]) if "residual_out" in out else out["y"]
+
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Input #", category=UserWarning)
+                torch.autograd.gradcheck(fn, tuple(leaves), nondet_tol=0.0, **GRADCHECK_OPTS[dt])
+            return {"gradcheck_dtype": str(dt).replace("torch.", "")}
+        except GradcheckError as e:
+            raise LawFailure(f"gradcheck ({dt}) of the variant ({v.describe()}) failed for x of shape {[rows, n]}, "
+                             f"eps={eps}:\n{e}") from None
+        except Rejected as e:
+            last = e
+    raise last
+
+
+@law(form="variant")
+def variant_outputs_kept(target: Target, case: Case):
+    """Two calls on other inputs of the same shapes: each right, and the first call's outputs keep their bits
+    while the second runs (a buffer kept by shape hands one layer's values to another)."""
+    v = target.variant
+    one = _inputs(target, case)
+    two = _inputs(target, dataclasses.replace(case, seed=case.seed ^ OTHER_SEED))
+    out1 = _forward(target, one, case.eps, case, label="[call 1] ")
+    copies = {k: t.detach().clone() for k, t in out1.items()}
+    _forward(target, two, case.eps, case, label="[call 2, after call 1] ")
+    msgs = []
+    for k, t in out1.items():
+        if not _same_bits(t, copies[k]):
+            diff = int((_bits(t) != _bits(copies[k])).sum())
+            msgs.append(f"call 1's {k} changed during call 2: {diff} of {t.numel()} element(s) differ from what "
+                        "call 1 gave (the target writes again into memory it handed out)")
+    _fail(msgs, case, f"\n  variant: {v.describe()}")
+    return {}
+
+
+@law(form="variant", when=lambda v: None if v.fused or v.weight else
+     "this variant takes no input a caller could get wrong beyond the card's (no weight, no residual)")
+def variant_bad_inputs_raise(target: Target, case: Case):
+    """A variant refuses what no caller may pass, with an error, and works after: a residual of another shape
+    or dtype than its stream's, an offset weight of the wrong length; then a valid call is still right."""
+    v = target.variant
+    inp = _inputs(target, case)
+    bad = []
+    if v.fused:
+        bad.append(("residual_shape", (inp.x, inp.weight, case.eps, inp.residual.reshape(-1)[:-1]
+                                       if inp.residual.numel() > 1 else torch.ones(3, dtype=inp.residual.dtype))))
+        other = torch.float16 if inp.residual.dtype == torch.bfloat16 else torch.bfloat16
+        bad.append(("residual_dtype", (inp.x, inp.weight, case.eps, inp.residual.to(other))))
+    if v.weight:
+        w = inp.weight
+        bad.append(("weight_longer", (inp.x, torch.ones(case.n + 1, dtype=w.dtype, device=w.device), case.eps)
+                    + ((inp.residual,) if v.fused else ())))
+    raised = 0
+    for kind, args in bad:
+        args = tuple(a.clone() if isinstance(a, torch.Tensor) and v.residual == "in_place" else a for a in args)
+        try:
+            target.call(f"forward with bad input {kind}", target.module.forward, *args)
+        except Rejected:
+            raised += 1
+            continue
+        if kind != "residual_dtype" and target.strict:
+            raise LawFailure(f"forward accepted a bad input ({kind}) without raising; expected a clear error"
+                             f"\n  case: {case.short()}")
+    _forward(target, inp, case.eps, case, label="[after bad inputs] ")
+    return {"bad_inputs": len(bad), "raised": raised}
+
+
+@law(form="variant", when=lambda v: _fused_only(v) or (
+     "a float32 residual stream beside x of another dtype cannot share its memory" if v.residual_dtype == "float32"
+     else None))
+def variant_aliased_residual(target: Target, case: Case):
+    """A residual that is x itself, or overlaps it: an in-place fused add must refuse it (both outputs would
+    land in one buffer); a returned one must refuse it or give the declared result, its inputs untouched."""
+    v = target.variant
+    inp = _inputs(target, case)
+    shape = tuple(inp.x.shape)
+    for what in ("the same tensor as x", "a view of x's memory one element on (they overlap)"):
+        store = torch.empty(inp.x.numel() + 1, dtype=inp.x.dtype, device=inp.x.device)
+        store[: inp.x.numel()] = inp.x.reshape(-1)
+        store[-1] = inp.x.reshape(-1)[-1]
+        x = store[: inp.x.numel()].view(shape)
+        r = x if what.startswith("the same") else store[1:].view(shape)
+        values = (x.clone(), r.clone())
+        try:
+            out = var.call(target, v, x, inp.weight, case.eps, r)
+        except Rejected:
+            continue
+        if v.residual == "in_place":
+            raise LawFailure(f"an in-place fused add took a residual that is {what} and wrote both outputs into "
+                             f"memory they share; expected a clear error\n  case: {case.short()}")
+        exp = var.expect_forward(v, values[0], inp.weight, case.eps, values[1])
+        msgs = [judge.compare(f"[residual {what}] y", out["y"], exp.y_ref, exp.bound_y),
+                judge.compare(f"[residual {what}] residual_out", out["residual_out"], exp.res_ref, exp.bound_res)]
+        if not torch.equal(_bits(x), _bits(values[0])):
+            msgs.append(f"[residual {what}] x changed during the call: the target wrote through the alias")
+        _fail(msgs, case, f"\n  variant: {v.describe()}")
+    return {}
+
+
+@law(form="variant", when=lambda v: _fused_only(v) or _not_in_place(v))
+def variant_two_layers(target: Target, case: Case):
+    """Two fused norms in a row, the residual carried from the first to the second, through autograd as a
+    decoder runs them: every gradient agrees with the float64 chain (a backward that overwrote the grad_out
+    the residual between them still needs once broke this)."""
+    v = target.variant
+    one = _inputs(target, case)
+    two = _inputs(target, dataclasses.replace(case, seed=case.seed ^ OTHER_SEED))
+
+    def chain(x, r, w, eps, call):
+        y1, r1 = call(x, r, w, eps)
+        y2, r2 = call(y1 * 0.5 + two.x.to(y1.dtype), r1, w, eps)
+        return y2, r2
+
+    def target_call(x, r, w, eps):
+        out = var.call(target, v, x, w, eps, r)
+        return out["y"], out["residual_out"]
+
+    rdt = v.residual_torch_dtype(one.x.dtype)
+
+    def ref_call(x, r, w, eps):
+        return orders.reference64(x, w, eps, order=v.order or "multiply_in_float32", weight_offset=v.weight_offset,
+                                  residual=r, sum_in=v.sum, residual_dtype=rdt if rdt != torch.float64 else None,
+                                  has_weight=v.weight)
+
+    leaves = [one.x.detach().clone().requires_grad_(), one.residual.detach().clone().requires_grad_()]
+    w = one.weight.detach().clone().requires_grad_() if one.weight is not None else None
+    y2, r2 = chain(leaves[0], leaves[1], w, case.eps, target_call)
+    grads = torch.autograd.grad([y2, r2], leaves + ([w] if w is not None else []),
+                                [one.grad_y.to(y2.dtype), one.grad_residual.to(r2.dtype)], allow_unused=True)
+    l64 = [one.x.detach().to(torch.float64).requires_grad_(), one.residual.detach().to(torch.float64).requires_grad_()]
+    w64 = one.weight.detach().to(torch.float64).requires_grad_() if one.weight is not None else None
+    y2r, r2r = chain(l64[0], l64[1], w64, case.eps, ref_call)
+    ref = torch.autograd.grad([y2r, r2r], l64 + ([w64] if w64 is not None else []),
+                              [one.grad_y.to(torch.float64), one.grad_residual.to(torch.float64)], allow_unused=True)
+    msgs = []
+    for name, g, r_ in zip(("x", "residual", "weight"), grads, ref):
+        if g is None or r_ is None:
+            continue
+        # Two layers of 16-bit rounding: a bound of the second layer's scale, relative to the largest gradient.
+        scale = r_.abs().amax(-1, keepdim=True) if r_.dim() > 1 else r_.abs().amax()
+        # A bug of grouping moves a gradient by its own size; the bound leaves rounding through both layers room.
+        u = max(tol.unit_roundoff(t.dtype) for t in (one.x, one.residual, g) + ((one.weight,) if w is not None else ()))
+        bound = 64 * u * (r_.abs() + scale) * max(case.n, case.rows) ** 0.5 + torch.finfo(torch.float32).tiny
+        if not bool(torch.isfinite(r_).all()):
+            continue
+        msgs.append(judge.compare(f"[two layers] grad_{name}", g, r_, bound, strict_nonfinite=False,
+                                  index_names=("col",) if name == "weight" else ("row", "col")))
+    _fail(msgs, case, f"\n  variant: {v.describe()}")
+    return {}
+
+
+@law(form="any", when=lambda v: None if v.order in ("cast_then_multiply", "multiply_in_float32") else
+     "needs a declared rounding order with a window (cast_then_multiply or multiply_in_float32)", half=True)
+def follows_declared_order(target: Target, case: Case):
+    """A 16-bit y (and a stored sum) is, element for element, what the declared rounding order gives, within
+    the room a correct kernel's float32 arithmetic takes: one or two roundings on a tie, never another order's
+    rounding. A kernel that multiplies in float32 where it declared cast-then-multiply fails, named."""
+    v = target.variant
+    inp = _inputs(target, case)
+    x, r = (_clone(inp.x), _clone(inp.residual)) if v.residual == "in_place" else (inp.x, inp.residual)
+    if v.plain:
+        y, _ = target.forward(x, inp.weight, case.eps)
+        out = {"y": y}
+    else:
+        out = var.call(target, v, x, inp.weight, case.eps, r)
+    # A wider y (HF's float32 weight promotes the product) is judged as an op in x's dtype would store it.
+    y = out["y"].to(inp.x.dtype)
+    rdt = v.residual_torch_dtype(inp.x.dtype) if v.fused else None
+    kw = dict(weight_offset=v.weight_offset, residual=inp.residual, residual_dtype=rdt, has_weight=v.weight)
+    if v.fused:
+        kw["sum_in"] = v.sum
+    dt = inp.x.dtype
+    rel = ORDER_WINDOW_ULPS[dt] * 2.0 ** -24
+    rows_ok = torch.isfinite(inp.x.to(torch.float64)).all(-1) & torch.isfinite(
+        var.normalised_input(v, inp.x, inp.residual).to(torch.float64)).all(-1)
+    window = orders.order_window(inp.x, inp.weight, case.eps, order=v.order, rel=rel, **kw)
+    lo, hi, nan = (t[rows_ok] if t.dim() else t for t in window)
+    misses = orders.window_misses(y.detach()[rows_ok].cpu() if y.is_cuda else y.detach()[rows_ok], (lo.cpu(), hi.cpu(),
+                                                                                                   nan.cpu()))
+    if not misses:
+        return {}
+    ranked = orders.closest_order(y.detach().cpu(), inp.x.cpu(), inp.weight.cpu() if inp.weight is not None else None,
+                                  case.eps, weight_offset=v.weight_offset,
+                                  residual=inp.residual.cpu() if inp.residual is not None else None,
+                                  residual_dtype=rdt, has_weight=v.weight, rel=rel)
+    fits = [" ".join(name) for name, d in ranked["ranked"] if d.get("window_misses") == 0]
+    best = ranked["ranked"][0]
+    looks = (f"it lies wholly inside the window of {', '.join(fits)}" if fits else
+             f"no declared order fits; the nearest is {' '.join(best[0])} ({best[1]['differ']} elements off it)")
+    raise LawFailure(f"y: {misses} of {int(rows_ok.sum()) * case.n} elements lie outside the window of the declared "
+                     f"order {v.order} (each float32 value before the rounding moved by up to "
+                     f"{ORDER_WINDOW_ULPS[dt]} float32 units); diagnosis: {looks}"
+                     f"\n  variant: {v.describe()}\n  case: {case.short()}")
