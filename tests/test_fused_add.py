@@ -383,6 +383,29 @@ def test_opcheck_fused_add(i):
     torch.library.opcheck(torch.ops.rmsnorm.fused_add_.default, (x.clone(), r.clone(), w, EPS, off))
 
 
+
+def test_compiled_fullgraph_matches_eager_bitwise():
+    norm = RMSNorm(64, eps=EPS, weight_offset=1.0)
+    with torch.no_grad():
+        norm.weight.copy_(_randn((64,), F32, 35) * 0.1)
+    x = _randn((4, 64), F32, 36).requires_grad_()
+    r = _randn((4, 64), F32, 37).requires_grad_()
+    y, residual_out = torch.compile(norm, fullgraph=True)(x, r)
+    y0, residual_out0 = norm(x, r)
+    assert torch.equal(y, y0) and torch.equal(residual_out, residual_out0)
+    got = torch.autograd.grad((y, residual_out), (x, r, norm.weight), (torch.ones_like(y), y0.detach()))
+    want = torch.autograd.grad((y0, residual_out0), (x, r, norm.weight), (torch.ones_like(y), y0.detach()))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+    @torch.compile(fullgraph=True)
+    def add_in_place(a, b, w):
+        return rms_norm(a, w, EPS, b, 1.0, in_place=True)
+
+    with torch.no_grad():
+        a, b = x.detach().clone(), r.detach().clone()
+        add_in_place(a, b, norm.weight)
+    assert torch.equal(a, y0) and torch.equal(b, residual_out0)
+
 # ---- the module ------------------------------------------------------------------------------
 
 def test_gemma_module_starts_from_zero_weights_and_scales_by_one_plus_w():
