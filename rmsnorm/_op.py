@@ -1,5 +1,5 @@
 """The operator users call: the extension built on first use, its fake implementations, ``rms_norm`` and
-``RMSNorm`` (rmsnorm/__init__.py hands them out)."""
+``RMSNorm`` (rmsnorm/__init__.py hands them out, and says the rounding order they compute in)."""
 
 from __future__ import annotations
 
@@ -57,21 +57,88 @@ def _register_python_parts() -> None:
             weight, memory_format=torch.contiguous_format
         )
 
-    # Autograd is registered in C++ (binding/rmsnorm_autograd.cpp).
+    @torch.library.register_fake("rmsnorm::fused_forward")
+    def _fused_forward_fake(x, weight, eps, residual, weight_offset):
+        y = torch.empty_like(x, memory_format=torch.contiguous_format)
+        residual_out = None if residual is None else torch.empty_like(residual, memory_format=torch.contiguous_format)
+        inv = x.new_empty(x.shape[:-1], dtype=_stat_dtype(x.dtype))
+        return y, residual_out, inv
+
+    @torch.library.register_fake("rmsnorm::fused_backward")
+    def _fused_backward_fake(grad_y, grad_residual_out, x, weight, residual, inv_rms, weight_offset):
+        def like(t):
+            return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
+
+        return like(x), like(residual), like(weight)
+
+    @torch.library.register_fake("rmsnorm::fused_add_")
+    def _fused_add_fake(x, residual, weight, eps, weight_offset):
+        return None
+
+    # Autograd is registered in C++ (binding/rmsnorm_autograd.cpp), fused_add_'s refusal to run
+    # where autograd would record it included.
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """y = x * rsqrt(mean(x^2, -1) + eps) * weight, differentiable, on CPU or CUDA."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, residual: torch.Tensor | None = None,
+             weight_offset: float = 0.0, *, in_place: bool = False):
+    """RMSNorm over the last dimension, differentiable, on CPU or CUDA, in the rounding order the
+    module's docstring states.
+
+    ``y = s * rsqrt(mean(s^2, -1) + eps) * (weight + weight_offset)``, ``s = x + residual`` (or ``x``).
+
+    - ``weight``: ``[N]`` of ``x``'s dtype or float32, or None for no weight (``y = s * inv_rms``; then
+      ``weight_offset`` must be 0). ``weight_offset=1.0`` is Gemma's ``1 + w``, added in float32.
+    - ``residual``: None, or a tensor of ``x``'s shape, of ``x``'s dtype or float32. Then the result is
+      ``(y, residual_out)``: ``residual_out`` is the sum ``s`` (summed in float32, float64 for float64
+      ``x``) rounded to the residual's dtype, and ``y`` is the norm of the unrounded sum. Without a
+      residual the result is ``y``. ``y`` has ``x``'s dtype.
+    - ``in_place=True`` (a residual required): vLLM's ``fused_add_rms_norm``, for inference: ``y`` is
+      written into ``x``'s memory and the sum into ``residual``'s, and ``(x, residual)`` is returned.
+      It raises where autograd would have to record it (grad mode on and a tensor requiring grad), and
+      where ``x``, ``residual`` and ``weight`` share memory.
+    """
+    if weight is None and weight_offset != 0:
+        raise ValueError(
+            f"rms_norm: expected weight_offset 0 without a weight (y = x * inv_rms), but got {weight_offset!r}"
+        )
     extension()
-    return torch.ops.rmsnorm.forward(x, weight, float(eps))[0]
+    if in_place:
+        if residual is None:
+            raise ValueError("rms_norm: expected a residual with in_place=True (x <- y, residual <- x + residual), "
+                             "but got residual=None")
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, weight)):
+            raise RuntimeError(
+                "rms_norm: expected in_place=True only where autograd records nothing (it overwrites x and residual, "
+                "for inference): run it under torch.no_grad() or torch.inference_mode(), but got grad mode on and "
+                f"requires_grad x={x.requires_grad}, residual={residual.requires_grad}, "
+                f"weight={weight is not None and weight.requires_grad}"
+            )
+        torch.ops.rmsnorm.fused_add_(x, residual, weight, float(eps), float(weight_offset))
+        return x, residual
+    if residual is None and weight is not None and weight_offset == 0:
+        # The plain form keeps the plain operator (the same bits: s = x and w + 0 = w).
+        return torch.ops.rmsnorm.forward(x, weight, float(eps))[0]
+    y, residual_out, _ = torch.ops.rmsnorm.fused_forward(x, weight, float(eps), residual, float(weight_offset))
+    return y if residual is None else (y, residual_out)
 
 
 class RMSNorm(torch.nn.Module):
     """Drop-in for ``torch.nn.RMSNorm`` (same constructor, defaults and results) on this
-    project's kernels."""
+    project's kernels, with two additions:
+
+    - ``weight_offset``: the weight used is ``weight + weight_offset``, the offset added in float32.
+      ``weight_offset=1.0`` is Gemma's RMSNorm, whose weight is initialised to zeros; any other
+      offset keeps ``torch.nn.RMSNorm``'s ones. Without a weight (``elementwise_affine=False``) the
+      offset must be 0.
+    - ``forward(x, residual)``: the fused residual add, returning ``(y, residual_out)`` (see
+      ``rms_norm``); ``forward(x)`` returns ``y``.
+
+    ``y`` has ``x``'s dtype, except that the plain form (no residual, offset 0) returns the dtype
+    ``torch.nn.RMSNorm`` would, the promotion of ``x``'s and the weight's.
+    """
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
-                 device=None, dtype=None) -> None:
+                 weight_offset: float = 0.0, device=None, dtype=None) -> None:
         super().__init__()
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
@@ -80,8 +147,14 @@ class RMSNorm(torch.nn.Module):
             raise ValueError(f"RMSNorm: expected normalized_shape of positive sizes, but got {normalized_shape!r}")
         if eps is not None and not (eps >= 0 and eps != float("inf")):
             raise ValueError(f"RMSNorm: expected eps to be None or finite and >= 0, but got {eps!r}")
+        if not (abs(weight_offset) < float("inf")):
+            raise ValueError(f"RMSNorm: expected weight_offset to be finite, but got {weight_offset!r}")
+        if not elementwise_affine and weight_offset != 0:
+            raise ValueError(f"RMSNorm: expected weight_offset 0 without a weight (elementwise_affine=False), "
+                             f"but got {weight_offset!r}")
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.weight_offset = float(weight_offset)
         if elementwise_affine:
             self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
@@ -90,14 +163,20 @@ class RMSNorm(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
+            if self.weight_offset == 1.0:
+                torch.nn.init.zeros_(self.weight)  # Gemma: 1 + w starts at 1
+            else:
+                torch.nn.init.ones_(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         k = len(self.normalized_shape)
         if tuple(x.shape[-k:]) != self.normalized_shape:
             raise ValueError(
                 f"RMSNorm: expected input with trailing shape {list(self.normalized_shape)}, but got {list(x.shape)}"
             )
+        if residual is not None and residual.shape != x.shape:
+            raise ValueError(f"RMSNorm: expected residual of the input's shape {list(x.shape)}, but got "
+                             f"{list(residual.shape)}")
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         n = 1
         for s in self.normalized_shape:
@@ -105,20 +184,24 @@ class RMSNorm(torch.nn.Module):
         # Over the last dimension (k == 1, the usual case) the operator takes x and the weight as they
         # are: no reshapes, whose views would each add a node that autograd runs on the way back.
         flat = x if k == 1 else x.reshape(*x.shape[: x.dim() - k], n)
-        if self.weight is None:
-            weight = torch.ones(n, dtype=x.dtype, device=x.device)
-        else:
+        flat_residual = residual if residual is None or k == 1 else residual.reshape(flat.shape)
+        weight = None
+        if self.weight is not None:
             weight = self.weight if k == 1 else self.weight.reshape(n)
             if weight.dtype != x.dtype and weight.dtype != torch.float32:
                 weight = weight.to(x.dtype)
-        y = rms_norm(flat, weight, eps)
-        if self.weight is not None and self.weight.dtype != x.dtype:
+        if flat_residual is not None:
+            y, residual_out = rms_norm(flat, weight, eps, flat_residual, self.weight_offset)
+            return (y, residual_out) if k == 1 else (y.reshape(x.shape), residual_out.reshape(x.shape))
+        y = rms_norm(flat, weight, eps, None, self.weight_offset)
+        if self.weight is not None and self.weight.dtype != x.dtype and self.weight_offset == 0:
             # torch.nn.RMSNorm returns the promoted dtype of input and weight.
             y = y.to(torch.promote_types(x.dtype, self.weight.dtype))
         return y if k == 1 else y.reshape(x.shape)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        offset = f", weight_offset={self.weight_offset}" if self.weight_offset else ""
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{offset}"
 
 
 __all__ = ["RMSNorm", "rms_norm", "extension", "build_note"]
