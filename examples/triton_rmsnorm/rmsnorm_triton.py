@@ -53,7 +53,7 @@ def _round_to(v, DTYPE: tl.constexpr):
         # bits could carry a payload into the exponent.
         bits = v.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        v = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+        v = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))  # noqa: PLR0124 (v != v: NaN)
     return v.to(DTYPE)
 
 
@@ -141,19 +141,19 @@ def _tl(dtype: torch.dtype):
 
 def _check_x_weight(x, weight, who: str) -> None:
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError(f"rmsnorm {who}: expected x and weight to be tensors, but got {type(x).__name__} and "
+        raise TypeError(f"rmsnorm: {who}: expected x and weight to be tensors, but got {type(x).__name__} and "
                         f"{type(weight).__name__}")
     if x.dtype not in _FLOATS:
-        raise TypeError(f"rmsnorm {who}: expected x in float32, float64, float16 or bfloat16, but got {x.dtype}")
+        raise TypeError(f"rmsnorm: {who}: expected x in float32, float64, float16 or bfloat16, but got {x.dtype}")
     if x.dim() < 1 or x.shape[-1] == 0:
-        raise ValueError(f"rmsnorm {who}: expected x of shape [..., N] with N >= 1, but got shape {list(x.shape)}")
+        raise ValueError(f"rmsnorm: {who}: expected x of shape [..., N] with N >= 1, but got shape {list(x.shape)}")
     n = x.shape[-1]
     if weight.dim() != 1 or weight.shape[0] != n:
-        raise ValueError(f"rmsnorm {who}: expected weight of shape [{n}] (N of x), but got shape {list(weight.shape)}")
+        raise ValueError(f"rmsnorm: {who}: expected weight of shape [{n}] (N of x), but got shape {list(weight.shape)}")
     if weight.dtype not in (x.dtype, torch.float32):
-        raise TypeError(f"rmsnorm {who}: expected weight in x's dtype ({x.dtype}) or float32, but got {weight.dtype}")
+        raise TypeError(f"rmsnorm: {who}: expected weight in x's dtype ({x.dtype}) or float32, but got {weight.dtype}")
     if weight.device != x.device:
-        raise ValueError(f"rmsnorm {who}: expected weight on x's device ({x.device}), but got {weight.device}")
+        raise ValueError(f"rmsnorm: {who}: expected weight on x's device ({x.device}), but got {weight.device}")
 
 
 def _block(n: int) -> int:
@@ -164,9 +164,9 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float):
     """(y, inv_rms): y like x, inv_rms [...] in float32 (float64 for float64 x)."""
     _check_x_weight(x, weight, "forward")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"rmsnorm forward: expected eps to be a float, but got {type(eps).__name__}")
+        raise TypeError(f"rmsnorm: forward: expected eps to be a float, but got {type(eps).__name__}")
     if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"rmsnorm forward: expected eps to be finite and >= 0, but got {eps}")
+        raise ValueError(f"rmsnorm: forward: expected eps to be finite and >= 0, but got {eps}")
     n = x.shape[-1]
     acc = _acc(x.dtype)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -203,13 +203,14 @@ def backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_
     if not isinstance(grad_out, torch.Tensor) or grad_out.shape != x.shape or grad_out.dtype != x.dtype:
         got = (f"shape {list(grad_out.shape)} in {grad_out.dtype}" if isinstance(grad_out, torch.Tensor)
                else type(grad_out).__name__)
-        raise ValueError(f"rmsnorm backward: expected grad_out of x's shape {list(x.shape)} in {x.dtype}, but got {got}")
+        raise ValueError(f"rmsnorm: backward: expected grad_out of x's shape {list(x.shape)} in {x.dtype}, "
+                         f"but got {got}")
     if not isinstance(inv_rms, torch.Tensor) or inv_rms.numel() != rows or not inv_rms.is_floating_point():
         got = (f"{inv_rms.numel()} elements in {inv_rms.dtype}" if isinstance(inv_rms, torch.Tensor)
                else type(inv_rms).__name__)
-        raise ValueError(f"rmsnorm backward: expected inv_rms of floats with one value a row ({rows}), but got {got}")
+        raise ValueError(f"rmsnorm: backward: expected inv_rms of floats with one value a row ({rows}), but got {got}")
     if grad_out.device != x.device or inv_rms.device != x.device:
-        raise ValueError(f"rmsnorm backward: expected grad_out and inv_rms on x's device ({x.device}), but got "
+        raise ValueError(f"rmsnorm: backward: expected grad_out and inv_rms on x's device ({x.device}), but got "
                          f"{grad_out.device} and {inv_rms.device}")
     acc = _acc(x.dtype)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
