@@ -28,8 +28,9 @@ import torch
 from tests.targets import correct_torch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
-X_LAYOUTS = ("contiguous", "transposed", "col_step", "offset", "batch_transposed", "broadcast")
-GRAD_LAYOUTS = ("contiguous", "expanded", "transposed", "col_step")
+X_LAYOUTS = ("contiguous", "transposed", "col_step", "offset", "batch_transposed", "broadcast", "row_step",
+             "padded")
+GRAD_LAYOUTS = ("contiguous", "expanded", "transposed", "col_step", "padded")
 ROW_STRIDE_2_30 = "row_stride_2_30"  # 3 rows, a row stride of 2^30 elements: offsets past 2^31 (see huge_rows)
 
 
@@ -107,6 +108,14 @@ def place(v: torch.Tensor, layout: str) -> torch.Tensor:
         return store[1:].view(shape)
     if layout == "batch_transposed":
         return v.transpose(0, 1).contiguous().transpose(0, 1)
+    if layout == "row_step":  # every other row of the storage
+        store = torch.full(shape[:-2] + (2 * shape[-2], shape[-1]), float("nan"), dtype=v.dtype)
+        store[..., ::2, :] = v
+        return store[..., ::2, :]
+    if layout == "padded":  # rows 3 elements longer than N in the storage
+        store = torch.full(shape[:-1] + (shape[-1] + 3,), float("nan"), dtype=v.dtype)
+        store[..., : shape[-1]] = v
+        return store[..., : shape[-1]]
     if layout == "broadcast":  # every row the first one: row strides 0
         return v.reshape(-1, shape[-1])[:1].clone().reshape((1,) * (len(shape) - 1) + shape[-1:]).expand(shape)
     if layout == "expanded":  # what autograd hands the backward of y.sum(): one value, every stride 0
@@ -126,6 +135,8 @@ def possible(layout: str, shape: tuple[int, ...]) -> bool:
         return True
     if layout == "batch_transposed":
         return len(shape) >= 3
+    if layout in ("row_step", "padded"):
+        return len(shape) >= 2
     if layout == "broadcast":
         return len(shape) >= 2 and rows >= 2
     raise ValueError(f"possible: unknown layout {layout!r}")
