@@ -21,6 +21,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
+import triton
+import triton.language as tl
 
 from examples.triton_rmsnorm import check
 from examples.triton_rmsnorm.interpreter_shim import (
@@ -32,6 +34,40 @@ from tests.targets import correct_torch
 SHAPES = ((1, 8), (3, 7), (4, 64), (70, 300), (2, 3, 4097))
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 EPS = 1e-6
+
+
+@triton.jit
+def _uses_a_float(X, Y, s, n, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + cols, mask=cols < n)
+    tl.store(Y + cols, tl.where(x > s, x * s + s / 3.0, x - s), mask=cols < n)
+
+
+@triton.jit
+def _widens_a_float(Y, s):
+    tl.store(Y, s.to(tl.float64))
+
+
+def shim_alone() -> None:
+    """float_scalars_have_to on kernels of this file: one that uses a float argument without .to
+    (outputs compared bit for bit with and without it), one that widens it with .to."""
+    print("== float_scalars_have_to on a kernel that never calls .to, and on one that does")
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        x = torch.randn(100, generator=torch.Generator().manual_seed(1)).to(dtype)
+        ys = []
+        for shims in ([], [float_scalars_have_to]):
+            y = torch.empty_like(x)
+            with contextlib.ExitStack() as stack:
+                for shim in shims:
+                    stack.enter_context(shim())
+                _uses_a_float[(1,)](x, y, 0.1234567891234, 100, BLOCK=128)
+            ys.append(y)
+        print(f"  {str(dtype)[6:]}: outputs bit for bit the same with and without: {torch.equal(ys[0], ys[1])}")
+    y = torch.empty(1, dtype=torch.float64)
+    with float_scalars_have_to():
+        _widens_a_float[(1,)](y, 0.1)
+    print(f"  0.1 .to(tl.float64): {y.item()!r} (float32's 0.1 widened: "
+          f"{float(torch.tensor(0.1, dtype=torch.float32))!r}, what the compiled path passes)")
 
 
 def run(shape, dtype, in_place: bool) -> dict[str, float]:
@@ -72,7 +108,7 @@ def attempt(label: str, shims) -> None:
                     continue
                 wrong = {k: v for k, v in res.items() if v > 1}
                 print(f"  {name}: " + ("right" if not wrong else "WRONG") + " (" +
-                      ", ".join(f"{k} {v:.3g}" for k, v in res.items()) + ")")
+                      ", ".join(f"{k} {v:.4g}" for k, v in res.items()) + ")")
 
 
 def main() -> int:
@@ -80,6 +116,7 @@ def main() -> int:
         print("liger_under_interpreter: expected liger-kernel installed (python3 -m pip install --no-deps "
               "liger-kernel==0.8.5), but it is not", file=sys.stderr)
         return 2
+    shim_alone()
     attempt("as it is", [])
     attempt("with float_scalars_have_to", [float_scalars_have_to])
     attempt("with float_scalars_have_to and libdevice_as_tl_math", [float_scalars_have_to, libdevice_as_tl_math])
