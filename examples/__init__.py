@@ -1,0 +1,1 @@
+"""Examples that are Python packages (the others here are C++/CUDA source folders)."""
