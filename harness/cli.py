@@ -62,6 +62,10 @@ def target_args(p: argparse.ArgumentParser) -> None:
                         "none (default: both for this project and its mutants, none for other targets)")
 
 
+# What pyproject's extra `gate` brings: a model author's `pip install` leaves them out.
+GATE_EXTRA = ("hypothesis", "pytest", "_pytest")
+
+
 def main(argv: list[str] | None = None) -> int:
     keep_caches_out_of_tmp()
     os.environ.setdefault(COMMAND_ENV, command())  # its workers and subprocesses name it the same way
@@ -187,7 +191,16 @@ def main(argv: list[str] | None = None) -> int:
         # Each subcommand's module is imported only when it runs: most import torch, which --help and a
         # usage error need not wait for.
         module, function = args.run.split(":")
-        return getattr(importlib.import_module(module), function)(args)
+        try:
+            run = getattr(importlib.import_module(module), function)
+        except ModuleNotFoundError as e:
+            if e.name not in GATE_EXTRA:
+                raise
+            print(f"{command()} {args.cmd}: error: the gate needs {e.name}, which is not installed here; "
+                  f"install the gate's extra: python3 -m pip install \"rmsnorm-gate[gate]\" "
+                  f"(from a clone: python3 -m pip install \".[gate]\")", file=sys.stderr)
+            return EXIT_SETUP
+        return run(args)
     except (ValueError, TypeError) as e:
         if os.environ.get("RMSNORM_TRACEBACK") == "1":
             raise

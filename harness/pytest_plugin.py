@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.running.locations import keep_caches_out_of_tmp, properties_dir
+from harness.running.locations import keep_caches_out_of_tmp, properties_dir, work_root
 from harness.running.spec import TargetSpec
 from harness.running.worker import start_cpu_fork_server
 import dataclasses
@@ -105,6 +105,12 @@ def pytest_configure(config):
         _RECORDING["on"] = config._rmsnorm_active
     if config._rmsnorm_active:
         keep_caches_out_of_tmp()
+        if hypothesis_profiles is not None:
+            # Hypothesis' own folder (its database, its notes) in the gate's work folder, never in the folder the
+            # gate is run from (a kernel author's repository).
+            from hypothesis.configuration import set_hypothesis_home_dir
+
+            set_hypothesis_home_dir(str(work_root() / "hypothesis"))
     if config._rmsnorm_active and not _is_xdist_worker(config) and not os.environ.get("RMSNORM_TALLY_DIR"):
         # The xdist workers write their tallies here; removed when the run ends (pytest_unconfigure).
         config._rmsnorm_tally_dir = tempfile.mkdtemp(prefix="rmsnorm-tally-")
@@ -213,18 +219,22 @@ def pytest_sessionstart(session: pytest.Session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A law's failure is reported as the gate's own block (case, diagnosis, saved file,
-    replay command), without the harness's source or Hypothesis' notes; -v shows them all."""
+    """A law's failure is reported as the gate's own block (case, diagnosis, saved file, replay command),
+    Hypothesis' own outcomes (a failure that did not reproduce, several distinct failures, a health check)
+    translated, without the harness's source or Hypothesis' notes; -v shows them all."""
     outcome = yield
     rep = outcome.get_result()
-    if not getattr(item.config, "_rmsnorm_active", False):
+    if not getattr(item.config, "_rmsnorm_active", False) or rep.when != "call" or not rep.failed:
         return
-    if (rep.when == "call" and rep.failed and call.excinfo is not None
-            and isinstance(call.excinfo.value, _gate().session.GateFailure) and item.config.getoption("verbose") < 1):
-        rep.longrepr = f"{item.nodeid.split('::')[-1]}: {call.excinfo.value.args[0]}"
-        # Hypothesis would offer a patch that writes this target's failing case into this
-        # project's test files; the corpus keeps it instead.
-        item.__dict__.pop("_hypothesis_failing_examples", None)
+    if call.excinfo is None or _law_of_item(item) is None:
+        return
+    # Hypothesis would offer a patch that writes the target's failing case into the gate's own test files;
+    # the corpus keeps it instead.
+    item.__dict__.pop("_hypothesis_failing_examples", None)
+    if item.config.getoption("verbose") < 1:
+        text = _gate().report.translate(item.nodeid.split("::")[-1], _law_of_item(item), call.excinfo.value)
+        if text is not None:
+            rep.longrepr = text
 
 
 FUZZ_DRIVER = "RMSNORM_FUZZ_DRIVER"  # set by harness.commands.fuzz, which keeps the tally and reports itself

@@ -29,7 +29,7 @@ def sharing_env() -> dict:
     return {SHARERS_ENV: workers} if workers.isdigit() and int(workers) > 1 else {}
 
 
-def run(args, *, env=None, timeout=900):
+def run(args, *, env=None, timeout=900, cwd=ROOT):
     e = dict(os.environ)
     for k in ("RMSNORM_TARGET", "RMSNORM_STRICT", "RMSNORM_CORPUS", "RMSNORM_TALLY_DIR", "PYTEST_XDIST_WORKER",
               "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "RMSNORM_CONTRACT", "RMSNORM_CONTRACT_FROM", "RMSNORM_BUILT", "RMSNORM_BUDGET_END"):
@@ -39,7 +39,7 @@ def run(args, *, env=None, timeout=900):
     e["RMSNORM_CORPUS"] = _session_corpus()
     e.update(sharing_env())
     e.update(env or {})
-    p = subprocess.run([sys.executable, *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([sys.executable, *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
 

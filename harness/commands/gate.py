@@ -23,6 +23,7 @@ from harness.running.heap import freeze_imported_objects
 from harness.running.loading import default_device
 from harness.running.locations import command, properties_dir, pytest_args as laws_pytest_args, work_root
 from harness.running.provenance import provenance
+from harness.running.report import stopped_early
 from harness.running.spec import TargetSpec
 from harness.running.worker import HarnessError, start_cpu_fork_server
 from rmsnorm import _toolchain
@@ -148,7 +149,8 @@ def subcommand(args) -> int:
     if code == EXIT_FAILED and COVERAGE_VERDICT and not failed:  # every test passed: the floors failed it
         verdict += f" on coverage ({'; '.join(COVERAGE_VERDICT)}: see the FAIL lines above)"
     elif code == EXIT_FAILED and failed:  # laws failed, whatever the floors say besides
-        verdict += f" ({describe_failed(RECORDED['failed'], RECORDED['unfinished'], COVERAGE_VERDICT)})"
+        said = describe_failed(RECORDED["failed"], RECORDED["unfinished"], COVERAGE_VERDICT, stopped=stopped_early())
+        verdict += f" ({said})"
     if NOT_RUN_HERE:  # never a silent pass: what this GPU could not hold was not checked
         verdict += f" (not run on this GPU, too little free memory: {', '.join(NOT_RUN_HERE)})"
     print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {TargetSpec.from_env()}, {provenance()}, "
@@ -156,11 +158,13 @@ def subcommand(args) -> int:
     return code
 
 
-def describe_failed(tests: int, unfinished: int, coverage: list[str]) -> str:
-    """What failed a run whose laws failed: its failed tests, the laws stopped while shrinking (a
-    signal, the end of a session), and any coverage floor not met besides."""
+def describe_failed(tests: int, unfinished: int, coverage: list[str], stopped: bool = True) -> str:
+    """What failed a run whose laws failed: its failed tests, the laws that failed with no final case (stopped
+    while shrinking by a signal or the budget; else a failure that did not come back when run again), and any
+    coverage floor not met besides."""
+    how = "stopped while shrinking" if stopped else "nondeterministic (passed when run again)"
     parts = ([f"{tests} test(s) failed"] if tests else []) + \
-            ([f"{unfinished} law(s) failed, stopped while shrinking"] if unfinished else [])
+            ([f"{unfinished} law(s) failed, {how}"] if unfinished else [])
     if coverage:
         parts.append(f"coverage too: {'; '.join(coverage)}")
     return "; ".join(parts)

@@ -32,7 +32,7 @@ from harness.judging import tolerance as tol
 from harness.judging.reference import backward_ref, eager_ref, forward_ref
 
 EAGER_K = 2.0
-POISON_BYTES = (0xFF, 0x42)  # what the laws fill output memory with before a call (see laws)
+POISON_NAN, POISON_FINITE = 0x7FFA, 0x42  # the poisons of harness.judging.laws.common, checked bit for bit
 
 
 @dataclass
@@ -62,6 +62,7 @@ def compare(
     alternatives: tuple[tuple[str, torch.Tensor], ...] = (),
     input_dtype: torch.dtype | None = None,
     analysis: torch.Tensor | None = None,
+    nonfinite_rows: torch.Tensor | None = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -72,7 +73,8 @@ def compare(
     failure, for the diagnosis. input_dtype: the dtype the target was given (default got's);
     errors the size of a dtype narrower than it are diagnosed as computed at that precision.
     analysis: the rounding analysis' own bound, when `bound` was widened to eager PyTorch's error:
-    a failure says where the worst element's bound came from.
+    a failure says where the worst element's bound came from. nonfinite_rows: the rows (leading dims)
+    whose input holds inf or NaN, so that a NaN that spread from one of them into another row is told.
     """
     out = Mismatch(name)
     if tuple(got.shape) != tuple(ref.shape):
@@ -131,7 +133,7 @@ def compare(
     if kinds:
         out.messages.append(f"{name}: of those, " + "; ".join(kinds))
     out.messages += [f"{name}: diagnosis: {d}" for d in diagnose(got, r, bound, bad, check & ref_finite, alternatives,
-                                                                      input_dtype or got.dtype)]
+                                                                      input_dtype or got.dtype, nonfinite_rows)]
     return out
 
 
@@ -155,15 +157,17 @@ _NARROWER = {
 
 
 def _poisoned(got: torch.Tensor) -> torch.Tensor:
-    """Elements whose every byte is one of the poison bytes: memory nothing wrote."""
+    """Elements that hold a poison bit for bit (harness.judging.laws.common): memory nothing wrote."""
     t = got.detach()
-    if not t.dtype.is_floating_point or t.numel() == 0:
+    if not t.dtype.is_floating_point or t.numel() == 0 or t.element_size() < 2:
         return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
-    b = t.reshape(-1).contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())  # 0-dim too
-    return torch.stack([(b == p).all(dim=-1) for p in POISON_BYTES]).any(dim=0)
+    units = t.reshape(-1).contiguous().view(torch.int16).reshape(*t.shape, t.element_size() // 2)  # 0-dim too
+    nan = (units == POISON_NAN).all(dim=-1)
+    b = t.reshape(-1).contiguous().view(torch.uint8).reshape(*t.shape, t.element_size())
+    return nan | (b == POISON_FINITE).all(dim=-1)
 
 
-def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=None) -> list[str]:
+def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=None, nonfinite_rows=None) -> list[str]:
     """Explanations of a failure, each checked against the numbers (at most one per kind)."""
     out = []
     bad_c = bad.cpu()
@@ -171,7 +175,10 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=
     poison = _poisoned(got).cpu() & bad_c
     if int(poison.sum()):
         out.append(f"{int(poison.sum())} of the {nbad} wrong elements still hold the poison the output memory was "
-                   "filled with before the call: never written")
+                   "filled with before the call, bit for bit: never written")
+    spread = _spread(got, ref, bad_c & ~poison, nonfinite_rows)
+    if spread:
+        out.append(spread)
     g = got.detach().to(torch.float64).cpu()
     r, bnd = ref.cpu(), bound.cpu()
 
@@ -194,6 +201,22 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=
     if precision:
         out.append(precision)
     return out
+
+
+def _spread(got, ref, bad, nonfinite_rows) -> str | None:
+    """Wrong elements that are inf or NaN where the reference is finite, in rows whose input is finite, while
+    other rows' inputs hold inf or NaN: a non-finite value of another row spread into them."""
+    if nonfinite_rows is None or got.dim() == 0 or not bool(nonfinite_rows.any()):
+        return None
+    g = got.detach().cpu()
+    rows_bad = nonfinite_rows.cpu().reshape(-1)
+    hit = (bad & ~torch.isfinite(g.to(torch.float64)) & torch.isfinite(ref.cpu())).reshape(-1, g.shape[-1])
+    hit &= ~rows_bad.unsqueeze(-1)
+    if not bool(hit.any()):
+        return None
+    return (f"{int(hit.sum())} wrong elements are inf or NaN in {int(hit.any(-1).sum())} row(s) whose input is finite, "
+            f"while {int(rows_bad.sum())} other row(s) hold inf or NaN: a non-finite input of another row spread into "
+            "them (rows are not independent: a statistic shared across rows?)")
 
 
 EXPLAINS = 0.25  # an explanation leaves at most this share of each wrong element's error unexplained
@@ -411,7 +434,8 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
         alts.append((f"y equals the result for x read in storage order as if it were contiguous: the strides "
                      f"{list(x.stride())} of x were ignored", forward_ref(alt_x, weight, eps)[0]))
     msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=row_mask(exp.rows_ok, x.shape),
-                    nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype, analysis=exp.analysis_y)]
+                    nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype, analysis=exp.analysis_y,
+                    nonfinite_rows=exp.nonfinite)]
     if inv is not None:
         inv_l = inv.reshape(tuple(x.shape[:-1]))
         b = exp.bound_inv + tol.unit_roundoff(inv.dtype) * exp.inv_ref.abs() * tol.SAFETY
@@ -489,6 +513,7 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
                          f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, weight, eps)[0]))
     msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=row_mask(exp.rows_ok, x.shape),
                     strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype,
+                    nonfinite_rows=~exp.stats.finite,
                     analysis=exp.analysis_x)]
     if weight_grad and exp.weight_comparable:
         any_nonfinite = bool((~exp.stats.finite).any())

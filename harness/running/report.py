@@ -5,14 +5,16 @@ the coverage floor every law that applies must reach before a run may pass."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
 from hypothesis import settings
+from hypothesis.errors import DeadlineExceeded, FailedHealthCheck, FlakyFailure, FlakyStrategyDefinition
 
 from harness.judging.refusals import report_lines
 from harness.judging.story import shared
-from harness.running import session as _state
+from harness.running import interrupts, session as _state
 from harness.running.locations import command
 from harness.running.spec import TargetSpec
 from harness.running.tally import Tally, unfinished_failures
@@ -62,6 +64,45 @@ def nothing_inside(t) -> list[str]:
                   if law not in t.cut_short and not sum(t.by_law.get(law, {}).values()))
 
 
+def stopped_early() -> bool:
+    """Whether a signal or the wall-time budget stopped the run (what may leave a failure unshrunk)."""
+    end = _state.deadline()
+    return interrupts.received() or (end is not None and time.time() > end)
+
+
+def translate(test: str, law: str, exc: BaseException) -> str | None:
+    """A law's failure as the report tells it: the gate's own block, and Hypothesis' outcomes in its words (a
+    failure that did not reproduce when run again, several distinct failures, a health check, a deadline);
+    None for anything else (pytest's own report stands)."""
+    gate = _state.GateFailure
+    if isinstance(exc, gate):
+        return f"{test}: {exc.args[0]}"
+    inner = [e for e in getattr(exc, "exceptions", ()) if isinstance(e, gate)]
+    if isinstance(exc, FlakyFailure):
+        unfinished = _state.current().tally.unfinished.get(law)
+        if unfinished is not None:
+            unfinished["nondeterministic"] = True
+        if unfinished:  # the case that is saved: the first that failed (a later one may be another shape)
+            first = (f"[{unfinished['status']}] {unfinished['message']}\n  case: {unfinished.get('case', '?')}"
+                     f"\n  saved: {unfinished['file']}\n  replay: {command()} replay {unfinished['file']}")
+        else:
+            first = inner[0].args[0] if inner else str(exc).splitlines()[0]
+        return (f"{test}: [nondeterministic] the case failed, then passed when run again: a failure that comes and "
+                f"goes (memory read before anything wrote it, a race, state kept between calls)\n  {first}")
+    if inner:  # an exception group (Python's, or its backport): several distinct failures
+        return (f"{test}: {len(inner)} distinct failures\n" +
+                "\n".join(f"  ({k}) {e.args[0]}" for k, e in enumerate(inner, 1)))
+    if isinstance(exc, FailedHealthCheck):
+        return (f"{test}: Hypothesis' health check failed on this law's strategy (the gate's fault, not the "
+                f"target's: please report it): {str(exc).strip().splitlines()[0]}")
+    if isinstance(exc, FlakyStrategyDefinition):
+        return (f"{test}: the gate's strategy drew differently when Hypothesis replayed a case (the gate's fault: "
+                f"please report it): {str(exc).strip().splitlines()[0]}")
+    if isinstance(exc, DeadlineExceeded):
+        return f"{test}: a case ran past Hypothesis' deadline: {str(exc).strip().splitlines()[0]}"
+    return None
+
+
 def collect_tally() -> Tally:
     d = os.environ.get("RMSNORM_TALLY_DIR")
     t = Tally.read(Path(d)) if d else Tally()
@@ -96,9 +137,13 @@ def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
             bad = c["fail"] + c["crash"] + c["hang"]
             lines.append(f"{law:34} {total:7d} {c['pass']:7d} {c['rejected']:9d} {bad:7d} {t.seconds[law]:8.1f}")
     lines += shared(t.failures)  # one bug, one story: what the failing cases have in common
+    stopped = stopped_early()
     for f in unfinished_failures(t):
-        lines.append(f"FAILED {f['law']} [{f['status']}], stopped while shrinking: {f['message']}; its first failing "
-                     f"case (not shrunk) is saved: {f['file']}; replay: {command()} replay {f['file']}")
+        how = ("stopped while shrinking" if stopped and not f.get("nondeterministic") else
+               "nondeterministic (it failed, then passed when run again: memory read before anything wrote it, a "
+               "race, or state kept between calls)")
+        lines.append(f"FAILED {f['law']} [{f['status']}], {how}: {f['message']}; its failing case (not shrunk) is "
+                     f"saved: {f['file']}; replay: {command()} replay {f['file']}")
     if t.refusals and not t.classes:  # with classes inferred, their lines below say it all
         causes = Counter(cause for cause, _, _ in t.refusals)
         lines.append(f"refused by the target ({len(t.refusals)} case(s), not checked; each explained by a class of "

@@ -278,7 +278,8 @@ class Session:
                 self._provisional[law] = corpus.save(law, case, error=message, target=self.identity(),
                                                      device=r.device, shrunk=False)
                 self.tally.unfinished[law] = {"law": law, "status": v.status, "file": str(self._provisional[law]),
-                                              "message": v.message.splitlines()[0][:300] if v.message else v.status}
+                                              "message": v.message.splitlines()[0][:300] if v.message else v.status,
+                                              "case": case.short()}
             except OSError as e:
                 message += f"\n  (could not save the case: {e})"
         _raise_failure(message)

@@ -11,20 +11,24 @@ from harness.judging import judge, tolerance as tol
 from harness.judging.cases import Case
 from harness.judging.target import LawFailure, Target
 
-POISON_NAN = 0xFF  # every byte 0xFF: NaN in float16, bfloat16, float32 and float64
-
-
-POISON_FINITE = 0x42  # a finite value in every float dtype (48.56 in float32)
+# The poisons output memory is filled with before a call, so that what a target never wrote shows. The NaN
+# poison repeats the 16 bits 0x7FFA: a NaN in float16, bfloat16, float32 and float64 alike, with a payload no
+# arithmetic makes (a computed NaN is 0x7E00, 0x7FC0, 0x7FC00000 or 0x7FF8000000000000, or its input's): an
+# element that holds it bit for bit was never written (or was computed from memory that never was).
+POISON_NAN, POISON_FINITE = judge.POISON_NAN, judge.POISON_FINITE  # every byte 0x42: finite in every dtype
 
 
 def poison(device, nbytes: list[int], byte: int = POISON_NAN) -> None:
     """Fill and free blocks of the outputs' sizes, and of fractions of the largest (where a
     target's scratch buffers tend to fall), so the allocator hands the target memory that shows
-    where it never wrote."""
-    sizes = [nb for nb in nbytes if nb > 0]
+    where it never wrote. byte: POISON_NAN or POISON_FINITE."""
+    sizes = [nb + nb % 2 for nb in nbytes if nb > 0]
     if sizes:
-        sizes += [max(sizes) >> k for k in range(1, 7) if max(sizes) >> k >= 256]
-    blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in sizes for _ in range(4)]
+        sizes += [(max(sizes) >> k) & ~1 for k in range(1, 7) if max(sizes) >> k >= 256]
+    if byte == POISON_NAN:
+        blocks = [torch.full((nb // 2,), POISON_NAN, dtype=torch.int16, device=device) for nb in sizes for _ in range(4)]
+    else:
+        blocks = [torch.full((nb,), byte, dtype=torch.uint8, device=device) for nb in sizes for _ in range(4)]
     del blocks  # several blocks of each size, so that the next allocations of it are likely poisoned
 
 

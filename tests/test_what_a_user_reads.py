@@ -1,0 +1,130 @@
+"""What a user reads: a diagnosis that tells memory never written from a NaN that spread from another row,
+Hypothesis' own failures translated into the gate's words (never its traceback or its advice to patch the
+gate's tests), nothing written into the folder the gate runs from, and `import rmsnorm` with torch alone."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.judging import judge
+from harness.judging.laws.common import POISON_FINITE, POISON_NAN, poison
+from tests._run import ROOT, run
+from tests.targets import paired_rows
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_poison_is_told_apart_from_a_computed_nan(dtype):
+    computed = torch.stack([torch.zeros((), dtype=dtype) / 0, torch.tensor(float("inf"), dtype=dtype) * 0,
+                            torch.tensor(float("nan"), dtype=dtype), -torch.tensor(float("nan"), dtype=dtype)])
+    assert not judge._poisoned(computed).any()
+    size = torch.tensor([], dtype=dtype).element_size()
+    filled = torch.full((8 * size // 2,), POISON_NAN, dtype=torch.int16).view(dtype)
+    assert filled.isnan().all() and judge._poisoned(filled).all()
+    finite = torch.full((8 * size,), POISON_FINITE, dtype=torch.uint8).view(dtype)
+    assert finite.isfinite().all() and judge._poisoned(finite).all()
+
+
+def test_poison_fills_memory_with_the_nan_of_the_gates_own():
+    torch.manual_seed(0)
+    poison("cpu", [4096])
+    # what the allocator hands out next is not guaranteed to be the poisoned block on the CPU: check the fill
+    block = torch.full((2048,), POISON_NAN, dtype=torch.int16)
+    assert judge._poisoned(block.view(torch.bfloat16)).all() and judge._poisoned(block.view(torch.float32)).all()
+
+
+def test_a_nan_that_spread_from_another_row_is_named_as_that_never_as_unwritten():
+    """tests/targets/paired_rows.py: two rows share one sum of squares, so the NaN of row 1 turns row 0 NaN.
+    Every element was written: the old report said 260 of them held the poison."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 300, dtype=torch.bfloat16)
+    x[1, 7] = float("nan")
+    weight = torch.randn(300, dtype=torch.bfloat16)
+    y, inv = paired_rows.forward(x, weight, 1e-6)
+    messages = "\n".join(m for mismatch in judge.judge_forward(y, inv, x, weight, 1e-6) for m in mismatch.messages)
+    assert "a non-finite input of another row spread into them" in messages, messages
+    assert "1 row(s) whose input is finite" in messages, messages
+    assert "never written" not in messages, messages
+
+
+def test_elements_that_hold_the_poison_are_named_never_written():
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, dtype=torch.float16)
+    weight = torch.ones(64, dtype=torch.float16)
+    y, inv = paired_rows.correct_torch.forward(x, weight, 1e-6)
+    y = y.clone()
+    y[2:].view(torch.int16).fill_(POISON_NAN)
+    messages = "\n".join(m for mismatch in judge.judge_forward(y, inv, x, weight, 1e-6) for m in mismatch.messages)
+    assert "128 of the 128 wrong elements still hold the poison" in messages and "never written" in messages, messages
+    assert "spread" not in messages, messages
+
+
+def test_a_nondeterministic_failure_is_named_with_its_case_and_replay_and_nothing_is_written_here(tmp_path):
+    """tests/targets/unwritten_rows_flaky.py fails one call in two: Hypothesis raises FlakyFailure. The report
+    says nondeterministic, gives the saved case and the replay line, and prints none of Hypothesis' traceback,
+    its advice to `git apply` a patch to the gate's tests, or "stopped while shrinking"; and the folder the
+    gate ran from stays empty."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target",
+                     "module:tests.targets.unwritten_rows_flaky", "--corpus", str(tmp_path / "corpus"), "--", "-k",
+                     "test_strided_equals_contiguous"], cwd=cwd, env=env, timeout=900)
+    assert code == 1, out[-3000:]
+    assert "[nondeterministic]" in out and "replay: " in out, out[-3000:]
+    assert any((tmp_path / "corpus").rglob("*.json")), out[-3000:]
+    for noise in ("Traceback", "FlakyFailure", "ExceptionGroup", "git apply", ".hypothesis/patches",
+                  "stopped while shrinking"):
+        assert noise not in out, (noise, out[-3000:])
+    assert not re.search(r"\.py:\d+", out), out[-3000:]  # a traceback's file:line
+    assert list(cwd.iterdir()) == [], list(cwd.iterdir())
+
+
+BLOCK = """
+import sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("hypothesis", "pytest", "_pytest", "harness", "xdist"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+sys.meta_path.insert(0, Blocked())
+for name in list(sys.modules):
+    if name.split(".")[0] in ("hypothesis", "pytest", "_pytest", "harness", "xdist"):
+        del sys.modules[name]
+"""
+
+
+def test_rmsnorm_imports_and_runs_with_torch_alone():
+    """A model author's environment: torch, no hypothesis, no pytest, no gate. RMSNorm builds, runs forward
+    and backward, and pulls in none of them."""
+    script = BLOCK + """
+import torch
+from rmsnorm import RMSNorm, rms_norm
+x = torch.randn(3, 64, dtype=torch.float32, requires_grad=True)
+norm = RMSNorm(64)
+norm(x).pow(2).sum().backward()
+assert x.grad is not None and norm.weight.grad is not None
+assert rms_norm(x.detach(), torch.ones(64), 1e-6).shape == (3, 64)
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"hypothesis", "pytest", "_pytest", "harness"})
+print("loaded:", loaded)
+"""
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "loaded: []" in p.stdout, p.stdout
+
+
+def test_the_gate_without_its_extra_says_what_to_install():
+    script = BLOCK.replace('"harness", ', "") + """
+from harness.cli import main
+sys.exit(main(["gate", "--budget", "5"]))
+"""
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, (p.returncode, p.stderr[-3000:])
+    assert "the gate needs " in p.stderr and ", which is not installed here" in p.stderr, p.stderr
+    assert 'pip install "rmsnorm-gate[gate]"' in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
