@@ -36,7 +36,7 @@ def _read_flush_ms(fn, reps: int = 50) -> float:
     timing loop."""
     import torch
 
-    from harness.tools import bench, bench_impls
+    from harness.tools import bench
 
     cache = torch.ones(64 << 20, dtype=torch.int32, device="cuda")
     return bench.flushed_ms(fn, cache.sum, reps=reps, warmup=3)
@@ -118,8 +118,8 @@ def main() -> int:
     for line in skipped:
         print(f"not timed: {line}\n")
     cols = " | ".join(f"2^{k.bit_length() - 1}" for k in sizes)
-    print(f"Each cell: GB/s (fraction of the copy ceiling) at each M·N; then the least-squares fit "
-          f"t = fixed + bytes / rate: fixed us, rate GB/s (its fraction of the ceiling)."
+    print("Each cell: GB/s (fraction of the copy ceiling) at each M·N; then the least-squares fit "
+          "t = fixed + bytes / rate: fixed us, rate GB/s (its fraction of the ceiling)."
           + (" A '(kernels)' row: the span of the kernels on the GPU under the profiler, the same fit." if args.spans
              else "") + "\n")
     print(f"| dtype | what | {cols} | fixed us | rate |")

@@ -164,7 +164,7 @@ def report(recs, emu_pairs, resid_bad, win_pairs, args, wall) -> None:
     out = print
     # ---- 1. false-alarm side: each peer against its own order's emulation (its own sum) ----
     out("== 1. Correct kernels against the emulation of their own order and sum (the false-alarm side)")
-    out(f"   frac: elements off / elements over all cases; worst case frac: the largest fraction off in one case of")
+    out("   frac: elements off / elements over all cases; worst case frac: the largest fraction off in one case of")
     out(f"   >= {BIG} elements; max off (small): the most elements off in one case of fewer; ulps: elements off by")
     out("   1, 2, more roundings of the 16-bit dtype; rows: rows with an element off / rows")
     for dt in DTYPES:

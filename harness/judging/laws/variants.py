@@ -16,7 +16,7 @@ from harness.judging.laws.common import POISON_FINITE, POISON_NAN, _bits, _fail,
 from harness.judging.laws.memory import OTHER_SEED
 from harness.judging.laws.numerics import GRADCHECK_OPTS
 from harness.judging.laws.registry import law
-from harness.judging.target import LawFailure, NotApplicable, Rejected, Target
+from harness.judging.target import LawFailure, Rejected, Target
 
 # The window of the declared order: how far, in float32 units, a correct kernel's own float32 values may sit
 # from the eager emulation's before the rounding to 16 bits (another reduction order, rsqrtf's error). Four
