@@ -67,10 +67,11 @@ def test_the_console_command_judges_an_extension_from_outside_the_clone(installe
 
 
 @pytest.mark.slow("the installed copy builds the extension, and the card snippet builds it again with load() (79 s)")
-def test_the_readme_snippets_run_as_script_files(installed):
+def test_the_readme_and_card_route_snippets_run_as_script_files(installed):
     venv, outside, env = installed
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert len(blocks) >= 2, "the README's usage and card snippets"
+    blocks = [b for doc in ("README.md", "docs/card-route.md")
+              for b in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S)]
+    assert len(blocks) >= 3, "the README's usage and variants snippets, and the card route's"
     for i, block in enumerate(blocks):
         script = outside / f"snippet_{i}.py"
         script.write_text(block)

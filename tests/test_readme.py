@@ -11,10 +11,14 @@ from rmsnorm._buildenv import ROOT
 from tests._run import run
 
 README = (ROOT / "README.md").read_text()
+CARD_ROUTE = (ROOT / "docs" / "card-route.md").read_text()  # the card's own route, linked from the README
 
 
-def _python_blocks():
-    return re.findall(r"```python\n(.*?)```", README, re.S)
+def _python_block(prints: str, text: str = README) -> str:
+    """The python snippet of text (the README's by default) that prints `prints` when it runs."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if prints in b]
+    assert len(blocks) == 1, f"expected one snippet printing {prints!r}, found {len(blocks)}"
+    return blocks[0]
 
 
 def test_ci_runs_the_readme_test_command():
@@ -24,8 +28,13 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_the_usage_snippet_runs():
-    code, out = run(["-c", _python_blocks()[0]], timeout=900)
+    code, out = run(["-c", _python_block("rmsnorm: ok")], timeout=900)
     assert code == 0 and "rmsnorm: ok" in out, out
+
+
+def test_the_variants_snippet_runs():
+    code, out = run(["-c", _python_block("variants: ok")], timeout=900)
+    assert code == 0 and "variants: ok (2, 8, 512) torch.bfloat16 torch.bfloat16 torch.float32" in out, out
 
 
 def test_the_card_snippet_runs_against_this_extension():
@@ -37,7 +46,7 @@ def test_the_card_snippet_runs_against_this_extension():
     import torch
 
     env = None if torch.cuda.is_available() else {"RMSNORM_BUILD": "cpu"}
-    code, out = run(["-c", _python_blocks()[1]], env=env, timeout=1800)
+    code, out = run(["-c", _python_block("card snippet: ok", CARD_ROUTE)], env=env, timeout=1800)
     assert code == 0 and "card snippet: ok" in out, out
 
 
