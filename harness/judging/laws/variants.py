@@ -339,55 +339,93 @@ def variant_aliased_residual(target: Target, case: Case):
     return {}
 
 
-@law(form="variant", when=lambda v: _fused_only(v) or _not_in_place(v))
-def variant_two_layers(target: Target, case: Case):
-    """Two fused norms in a row, the residual carried from the first to the second, through autograd as a
-    decoder runs them: every gradient agrees with the float64 chain (a backward that overwrote the grad_out
-    the residual between them still needs once broke this)."""
+# The bound of variant_two_layers: TWO_LAYER_K roundings of the widest input dtype's unit, of the gradient plus
+# the terms its two backwards round (_two_layers). Over 2,500 drawn cases a target (up to 4,096 elements, the
+# most the law draws; every dtype, eps and weight dtype), three correct fused adds in torch ops (both sums, both
+# stream dtypes: tests/targets/variants/) needed at most 2.8 of them, and three of this project's fused forms
+# (examples/project_variants/) 2.4; the prenorm grouping bug (tests/targets/variants/bug_prenorm_grouping.py)
+# was 16 or more off in 605 of 612 bfloat16 cases and 68 or more in every float16, float32 and float64 one.
+TWO_LAYER_K = 8
+
+
+def _two_layers(target: Target, case: Case) -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Two fused norms in a row as a decoder runs them, through autograd: (name, the target's gradient, the
+    float64 chain's, the bound) for x, the residual and the weight."""
     v = target.variant
     one = _inputs(target, case)
     two = _inputs(target, dataclasses.replace(case, seed=case.seed ^ OTHER_SEED))
+    rdt = v.residual_torch_dtype(one.x.dtype)
+    f64 = torch.float64
 
-    def chain(x, r, w, eps, call):
-        y1, r1 = call(x, r, w, eps)
-        y2, r2 = call(y1 * 0.5 + two.x.to(y1.dtype), r1, w, eps)
-        return y2, r2
-
-    def target_call(x, r, w, eps):
-        out = var.call(target, v, x, w, eps, r)
+    def target_call(x, r, w):
+        out = var.call(target, v, x, w, case.eps, r)
         return out["y"], out["residual_out"]
 
-    rdt = v.residual_torch_dtype(one.x.dtype)
-
-    def ref_call(x, r, w, eps):
-        return orders.reference64(x, w, eps, order=v.order or "multiply_in_float32", weight_offset=v.weight_offset,
-                                  residual=r, sum_in=v.sum, residual_dtype=rdt if rdt != torch.float64 else None,
+    def ref_call(x, r, w):
+        return orders.reference64(x, w, case.eps, order=v.order or "multiply_in_float32", weight_offset=v.weight_offset,
+                                  residual=r, sum_in=v.sum, residual_dtype=rdt if rdt != f64 else None,
                                   has_weight=v.weight)
+
+    def at(ref, got):
+        # The float64 chain carries its own gradients but takes the target's values between the layers: y and
+        # the sum are stored in their dtypes there, and where the second layer's sum cancels (x + residual near
+        # 0) a rounding of the stream moves its gradient by far more than a rounding (seen: float32, N = 1, a
+        # gradient of 63 off by 7e-5 of itself; bfloat16, a sum rounded to 0, grad_weight -119.5 against 0.46).
+        return ref + (got.detach().to(f64) - ref).detach()
 
     leaves = [one.x.detach().clone().requires_grad_(), one.residual.detach().clone().requires_grad_()]
     w = one.weight.detach().clone().requires_grad_() if one.weight is not None else None
-    y2, r2 = chain(leaves[0], leaves[1], w, case.eps, target_call)
+    y1, r1 = target_call(leaves[0], leaves[1], w)
+    in2 = y1 * 0.5 + two.x.to(y1.dtype)
+    y2, r2 = target_call(in2, r1, w)
+    gy, gres = one.grad_y, one.grad_residual
     grads = torch.autograd.grad([y2, r2], leaves + ([w] if w is not None else []),
-                                [one.grad_y.to(y2.dtype), one.grad_residual.to(r2.dtype)], allow_unused=True)
-    l64 = [one.x.detach().to(torch.float64).requires_grad_(), one.residual.detach().to(torch.float64).requires_grad_()]
-    w64 = one.weight.detach().to(torch.float64).requires_grad_() if one.weight is not None else None
-    y2r, r2r = chain(l64[0], l64[1], w64, case.eps, ref_call)
+                                [gy.to(y2.dtype), gres.to(r2.dtype)], allow_unused=True)
+    l64 = [one.x.detach().to(f64).requires_grad_(), one.residual.detach().to(f64).requires_grad_()]
+    w64 = one.weight.detach().to(f64).requires_grad_() if one.weight is not None else None
+    y1r, r1r = ref_call(l64[0], l64[1], w64)
+    y2r, r2r = ref_call(at(y1r * 0.5 + two.x.to(f64), in2), at(r1r, r1), w64)
     ref = torch.autograd.grad([y2r, r2r], l64 + ([w64] if w64 is not None else []),
-                              [one.grad_y.to(torch.float64), one.grad_residual.to(torch.float64)], allow_unused=True)
-    msgs = []
+                              [gy.to(f64), gres.to(f64)], allow_unused=True)
+
+    # The size of the terms each layer's backward rounds, per row (a gradient can be far smaller than the
+    # terms it is the difference of: a row of one element, whose gradient is eps-sized, is one):
+    #   layer 2: inv2 |w| |grad_y| and grad_residual;  |grad_s2| <= M2 = 2 inv2 |w| |grad_y| + |grad_residual|
+    #   layer 1: inv1 |w| M2, and layer 2's error passed on through the residual and, times inv1 |w|, through y1
+    # grad_weight sums |grad_y| |x_hat2| + M2 |x_hat1| over the rows.
+    with torch.no_grad():
+        s1 = var.normalised_input(v, one.x, one.residual).to(f64)
+        s2 = var.normalised_input(v, in2.detach(), r1.detach()).to(f64)
+        inv1, inv2 = ((s.pow(2).mean(-1, keepdim=True) + case.eps).rsqrt() for s in (s1, s2))
+        wmax = var.effective_weight(v, one.weight, case.n, one.x.device).abs().amax()
+        g_row = gy.to(f64).abs().amax(-1, keepdim=True)
+        m2 = 2 * inv2 * wmax * g_row + gres.to(f64).abs().amax(-1, keepdim=True)
+        terms_s = inv2 * wmax * g_row + m2 + inv1 * wmax * m2
+        terms_w = (gy.to(f64).abs() * (s2 * inv2).abs() + m2 * (s1 * inv1).abs()).reshape(-1, case.n).sum(0)
+    u = max(tol.unit_roundoff(t.dtype) for t in (one.x, one.residual) + ((one.weight,) if w is not None else ()))
+    out = []
     for name, g, r_ in zip(("x", "residual", "weight"), grads, ref):
         if g is None or r_ is None:
             continue
-        # Two layers of 16-bit rounding: a bound of the second layer's scale, relative to the largest gradient.
-        scale = r_.abs().amax(-1, keepdim=True) if r_.dim() > 1 else r_.abs().amax()
-        # A bug of grouping moves a gradient by its own size; the bound leaves rounding through both layers room.
-        u = max(tol.unit_roundoff(t.dtype) for t in (one.x, one.residual, g) + ((one.weight,) if w is not None else ()))
-        bound = 64 * u * (r_.abs() + scale) * max(case.n, case.rows) ** 0.5 + torch.finfo(torch.float32).tiny
+        terms = terms_w if name == "weight" else terms_s
+        bound = TWO_LAYER_K * u * (r_.abs() + terms) + torch.finfo(torch.float32).tiny
+        out.append((name, g, r_, bound))
+    return out
+
+
+@law(form="variant", when=lambda v: _fused_only(v) or _not_in_place(v))
+def variant_two_layers(target: Target, case: Case):
+    """Two fused norms in a row, the residual carried from the first to the second, through autograd as a
+    decoder runs them: every gradient agrees with the float64 chain taken through the values the target hands
+    from one layer to the next (a backward that overwrote the grad_out the residual between them still needs
+    once broke this, and so did one that grouped the prenorm gradient)."""
+    msgs = []
+    for name, g, r_, bound in _two_layers(target, case):
         if not bool(torch.isfinite(r_).all()):
             continue
         msgs.append(judge.compare(f"[two layers] grad_{name}", g, r_, bound, strict_nonfinite=False,
                                   index_names=("col",) if name == "weight" else ("row", "col")))
-    _fail(msgs, case, f"\n  variant: {v.describe()}")
+    _fail(msgs, case, f"\n  variant: {target.variant.describe()}")
     return {}
 
 
