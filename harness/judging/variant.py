@@ -148,17 +148,31 @@ def reference(variant: Variant, x, weight, eps, residual) -> tuple[torch.Tensor,
                               residual_dtype=rdt, has_weight=variant.weight)
 
 
-def emulations(variant: Variant, x, weight, eps, residual) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """The eager computations a correct kernel may be held against: the declared order's, or where none is
-    declared the two orders libraries ship (cast then multiply; multiply in float32)."""
+def eager(variant: Variant, x, weight, eps, residual, order: str):
+    """(y, residual_out or None): eager torch in the given order, differentiable. In float64 it stays in float64
+    (orders.emulate upcasts to float32 and no further, as HF's code does: its error is the float32 one, and a
+    float64 kernel granted it would pass computed in float32)."""
     rdt = variant.residual_torch_dtype(x.dtype) if variant.fused else None
-    out = []
-    for o in ([variant.order] if variant.order else ["cast_then_multiply", "multiply_in_float32"]):
-        if o == "all_in_dtype" and variant.fused and variant.sum != "stored":
-            continue
-        out.append(orders.emulate(x, weight, eps, order=o, weight_offset=variant.weight_offset, residual=residual,
-                                  sum_in=variant.sum, residual_dtype=rdt, has_weight=variant.weight))
-    return out
+    if x.dtype != torch.float64:
+        return orders.emulate(x, weight, eps, order=order, weight_offset=variant.weight_offset, residual=residual,
+                              sum_in=variant.sum, residual_dtype=rdt, has_weight=variant.weight)
+    s = x if residual is None else x + residual.to(torch.float64)
+    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
+    if variant.weight:
+        y = y * (weight.to(torch.float64) + variant.weight_offset)
+    return y, (None if residual is None else s)
+
+
+def eager_orders(variant: Variant) -> list[str]:
+    """The orders a correct kernel may be held against: the declared one, or where none is declared the two
+    orders libraries ship (cast then multiply; multiply in float32)."""
+    out = [variant.order] if variant.order else ["cast_then_multiply", "multiply_in_float32"]
+    return [o for o in out if not (o == "all_in_dtype" and variant.fused and variant.sum != "stored")]
+
+
+def emulations(variant: Variant, x, weight, eps, residual) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The eager computations a correct kernel may be held against (eager_orders), as eager() computes them."""
+    return [eager(variant, x, weight, eps, residual, o) for o in eager_orders(variant)]
 
 
 def normalised_input(variant: Variant, x, residual) -> torch.Tensor:
@@ -206,7 +220,7 @@ def expect_forward(variant: Variant, x, weight, eps, residual) -> Expected:
     analysis = bound_y
     check = judge.row_mask(stats.verifiable, x.shape)
     for y_e, _ in emulations(variant, x, weight, eps, residual):
-        bound_y = torch.maximum(bound_y, judge._eager_widened(analysis, y_e, y_ref, check, rowwise=True))
+        bound_y = torch.maximum(bound_y, judge._eager_widened(analysis, y_e.detach(), y_ref, check, rowwise=True))
     bound_res = None
     if res_ref is not None:
         rdt = variant.residual_torch_dtype(x.dtype)

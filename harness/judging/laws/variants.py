@@ -144,21 +144,16 @@ def _reference_grads(v, inp: var.Inputs, eps: float) -> dict:
 
 
 def _eager_grads(v, inp: var.Inputs, eps: float) -> list[dict]:
-    """The gradients of each eager emulation the variant may follow (autograd through it, in the dtypes)."""
+    """The gradients of each eager computation the variant may follow (autograd through var.eager, in the
+    dtypes)."""
     out = []
-    for o in ([v.order] if v.order else ["cast_then_multiply", "multiply_in_float32"]):
+    for o in var.eager_orders(v):
         leaves = {"x": inp.x.detach().clone().requires_grad_()}
         if inp.residual is not None:
             leaves["residual"] = inp.residual.detach().clone().requires_grad_()
         if inp.weight is not None:
             leaves["weight"] = inp.weight.detach().clone().requires_grad_()
-        rdt = v.residual_torch_dtype(inp.x.dtype) if v.fused else None
-        try:
-            y, ro = orders.emulate(leaves["x"], leaves.get("weight"), eps, order=o, weight_offset=v.weight_offset,
-                                   residual=leaves.get("residual"), sum_in=v.sum, residual_dtype=rdt,
-                                   has_weight=v.weight)
-        except ValueError:
-            continue
+        y, ro = var.eager(v, leaves["x"], leaves.get("weight"), eps, leaves.get("residual"), o)
         outs, gouts = [y], [inp.grad_y.to(y.dtype)]
         if ro is not None and v.residual == "returned":
             outs.append(ro)
