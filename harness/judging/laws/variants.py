@@ -59,12 +59,13 @@ def _forward(target: Target, inp: var.Inputs, eps: float, case: Case, *, label: 
         out = var.call(target, v, x, inp.weight, eps, r)
     _check_form(out, inp, v, target)
     rows = judge.row_mask(exp.rows_ok, inp.x.shape)
+    alt_y, alt_res = var.alternatives(v, inp.x, inp.weight, eps, inp.residual)
     msgs = [judge.compare(f"{label}y", out["y"], exp.y_ref, exp.bound_y, check=rows,
                           nan_ok=judge.row_mask(exp.nonfinite, inp.x.shape), input_dtype=inp.x.dtype,
-                          analysis=exp.analysis_y)]
+                          analysis=exp.analysis_y, alternatives=tuple(alt_y))]
     if exp.res_ref is not None:
         msgs.append(judge.compare(f"{label}residual_out (the sum)", out["residual_out"], exp.res_ref, exp.bound_res,
-                                  input_dtype=out["residual_out"].dtype))
+                                  input_dtype=out["residual_out"].dtype, alternatives=tuple(alt_res)))
     _fail(msgs, case, f"\n  variant: {v.describe()}")
     return out
 
@@ -123,8 +124,11 @@ def _grads(target: Target, inp: var.Inputs, eps: float, *, dtype=None):
     return out, dict(zip(names, got))
 
 
-def _reference_grads(v, inp: var.Inputs, eps: float) -> dict:
-    """float64 gradients of the variant's reference, for the same grad_y and grad_residual_out."""
+def _reference_grads(v, inp: var.Inputs, eps: float, *, grad_y=None, grad_residual=None) -> dict:
+    """float64 gradients of the variant's reference, for the same grad_y and grad_residual_out (or those given:
+    the diagnosis' alternatives)."""
+    grad_y = inp.grad_y if grad_y is None else grad_y
+    grad_residual = inp.grad_residual if grad_residual is None else grad_residual
     leaves = {"x": inp.x.detach().to(torch.float64).requires_grad_()}
     if inp.residual is not None:
         leaves["residual"] = inp.residual.detach().to(torch.float64).requires_grad_()
@@ -134,13 +138,28 @@ def _reference_grads(v, inp: var.Inputs, eps: float) -> dict:
     y, ro = orders.reference64(leaves["x"], leaves.get("weight"), eps, order=v.order or "multiply_in_float32",
                                weight_offset=v.weight_offset, residual=leaves.get("residual"), sum_in=v.sum,
                                residual_dtype=rdt, has_weight=v.weight)
-    outs, gouts = [y], [inp.grad_y.to(torch.float64)]
+    outs, gouts = [y], [grad_y.to(torch.float64)]
     if ro is not None and v.residual == "returned":
         outs.append(ro)
-        gouts.append(inp.grad_residual.to(torch.float64))
+        gouts.append(grad_residual.to(torch.float64))
     names = list(leaves)
     got = torch.autograd.grad(outs, [leaves[n] for n in names], gouts, allow_unused=True)
     return {n: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, got)}
+
+
+def _backward_alternatives(v, inp: var.Inputs, eps: float) -> dict:
+    """The diagnosis of wrong gradients of a returned sum: for x and the residual, (the bug class, what the
+    gradient would be under it) pairs."""
+    if v.residual != "returned":
+        return {}
+    g64 = inp.grad_residual.to(torch.float64)
+    grouped = _reference_grads(v, inp, eps, grad_y=inp.grad_y.to(torch.float64) + g64, grad_residual=g64 * 0)
+    dropped = _reference_grads(v, inp, eps, grad_residual=g64 * 0)
+    return {k: ((f"grad_{k} is (grad_residual_out + grad_y) passed through the norm's backward: the prenorm gradient "
+                 "grouped as (dres + dout) * dnorm, not dres + dout * dnorm (the returned sum's gradient must be added "
+                 "after the norm's backward)", grouped[k]),
+                (f"grad_{k} leaves out grad_residual_out: the gradient of the returned sum was dropped", dropped[k]))
+            for k in ("x", "residual")}
 
 
 def _eager_grads(v, inp: var.Inputs, eps: float) -> list[dict]:
@@ -173,6 +192,7 @@ def variant_backward_matches_reference(target: Target, case: Case):
     inp = _inputs(target, case)
     _, got = _grads(target, inp, case.eps)
     ref = _reference_grads(v, inp, case.eps)
+    alts = _backward_alternatives(v, inp, case.eps)
     eagers = _eager_grads(v, inp, case.eps)
     s = var.normalised_input(v, inp.x, inp.residual)
     stats = tol.row_stats(s, case.eps)
@@ -206,7 +226,7 @@ def variant_backward_matches_reference(target: Target, case: Case):
                                   if name != "weight" else torch.full_like(ref[name], bool((~stats.finite).any()),
                                                                            dtype=torch.bool),
                                   index_names=("col",) if name == "weight" else ("row", "col"),
-                                  input_dtype=inp.x.dtype, analysis=analysis))
+                                  input_dtype=inp.x.dtype, analysis=analysis, alternatives=alts.get(name, ())))
     _fail(msgs, case, f"\n  variant: {v.describe()}")
     return {}
 
@@ -465,6 +485,17 @@ def follows_declared_order(target: Target, case: Case):
     best = ranked["ranked"][0]
     looks = (f"it lies wholly inside the window of {', '.join(fits)}" if fits else
              f"no declared order fits; the nearest is {' '.join(best[0])} ({best[1]['differ']} elements off it)")
+    if v.weight_offset and inp.weight.dtype in ORDER_WINDOW_ULPS:
+        # Gemma's 1 + w added in the weight's 16-bit dtype, then promoted (Liger-Kernel #1462): the declared
+        # order's window with that rounded weight and no offset.
+        rounded = inp.weight + v.weight_offset
+        kw_r = dict(kw, weight_offset=0.0)
+        if orders.window_misses(y.detach()[rows_ok].cpu(), tuple(t[rows_ok].cpu() if t.dim() else t.cpu() for t in
+                                orders.order_window(inp.x, rounded, case.eps, order=v.order, rel=rel, **kw_r))) == 0:
+            wdt = str(inp.weight.dtype).replace("torch.", "")
+            looks = (f"it lies wholly inside the window of {v.order} with 1 + w rounded to the weight's {wdt} first: "
+                     f"the offset was added in the weight's dtype before the promotion (1 + w must be added in "
+                     f"float32)")
     raise LawFailure(f"y: {misses} of {int(rows_ok.sum()) * case.n} elements lie outside the window of the declared "
                      f"order {v.order} (each float32 value before the rounding moved by up to "
                      f"{ORDER_WINDOW_ULPS[dt]} float32 units); diagnosis: {looks}"
