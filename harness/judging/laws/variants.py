@@ -112,16 +112,23 @@ def _grads(target: Target, inp: var.Inputs, eps: float, *, dtype=None):
     if inp.weight is not None:
         leaves["weight"] = inp.weight.detach().clone().requires_grad_()
     out = var.call(target, v, leaves["x"], leaves.get("weight"), eps, leaves.get("residual"))
-    outs, gouts = [out["y"]], [inp.grad_y.to(out["y"].dtype)]
+    outs, gouts = [out["y"]], [inp.grad_y.to(out["y"].dtype).clone()]
     if "residual_out" in out:
         outs.append(out["residual_out"])
-        gouts.append(inp.grad_residual.to(out["residual_out"].dtype))
+        gouts.append(inp.grad_residual.to(out["residual_out"].dtype).clone())
     if not any(o.requires_grad for o in outs):
         raise LawFailure("the forward's outputs carry no gradient: a variant target is differentiated through its "
                          "forward (autograd), so its forward must be differentiable")
+    handed = [g.clone() for g in gouts]
     names = list(leaves)
     got = torch.autograd.grad(outs, [leaves[n] for n in names], gouts, allow_unused=True)
-    return out, dict(zip(names, got))
+    # Autograd hands one gradient tensor to every consumer of an output (y added to a residual passes its
+    # gradient to both): a backward that writes into it gives the others its own result (Liger-Kernel #370).
+    overwritten = [f"grad_{k}: the backward wrote into the gradient autograd handed it for {k} "
+                   f"({int((_bits(g) != _bits(h)).sum())} of {g.numel()} element(s) changed); autograd hands that "
+                   "same tensor to every other consumer of the output, which then reads the backward's result"
+                   for k, g, h in zip(("y", "residual_out"), gouts, handed) if not _same_bits(g, h)]
+    return out, dict(zip(names, got)), overwritten
 
 
 def _reference_grads(v, inp: var.Inputs, eps: float, *, grad_y=None, grad_residual=None) -> dict:
@@ -190,7 +197,7 @@ def variant_backward_matches_reference(target: Target, case: Case):
     dnorm), the offset's weight gradient that of x_hat."""
     v = target.variant
     inp = _inputs(target, case)
-    _, got = _grads(target, inp, case.eps)
+    _, got, overwritten = _grads(target, inp, case.eps)
     ref = _reference_grads(v, inp, case.eps)
     alts = _backward_alternatives(v, inp, case.eps)
     eagers = _eager_grads(v, inp, case.eps)
@@ -204,7 +211,7 @@ def variant_backward_matches_reference(target: Target, case: Case):
     if v.residual == "returned":  # the returned sum's gradient is added in, then rounded to each input's dtype
         bx = bx + (inp.grad_residual.to(torch.float64).abs() + ref["x"].abs()) * tol.unit_roundoff(inp.x.dtype)
     rows = judge.row_mask(stats.grad_verifiable, inp.x.shape)
-    msgs = []
+    msgs = list(overwritten)
     for name in got:
         g = got[name]
         if g is None:
