@@ -48,6 +48,11 @@ class Mutant:
     # catalogue so that its edits are still checked against the sources, and the mutation score and
     # the sanitize step name it as not judged rather than leave it out unsaid.
     unjudged: str = ""
+    # The module target that judges it, where its edits are in code the card's form never calls (the fused
+    # forms): a module of examples/project_variants/ whose forward calls rmsnorm.rms_norm, which a mutant
+    # target serves from the mutant's build (harness.running.loading); its RMSNORM_CONTRACT says the variant.
+    # Empty: the extension itself, in the card's form.
+    form: str = ""
 
     def key(self) -> str:
         h = hashlib.sha256(self.name.encode())
@@ -363,7 +368,17 @@ CATALOGUE: tuple[Mutant, ...] = (
 # name): `mutate` judges it first, and replays each killing case on it.
 ORIGINAL = Mutant("original", "both", "none: the unmutated sources", ())
 
-BY_NAME = {m.name: m for m in CATALOGUE} | {ORIGINAL.name: ORIGINAL}
+# The unmutated sources judged through each form a mutant names (Mutant.form): where mutate replays the cases
+# that killed those mutants, since the card's form would not call the code they edit.
+FORM_ORIGINALS = {f: Mutant(f"original-{f.rsplit('.', 1)[-1]}", "both", f"none: the unmutated sources, through {f}",
+                            (), form=f) for f in sorted({m.form for m in CATALOGUE if m.form})}
+
+BY_NAME = {m.name: m for m in CATALOGUE} | {ORIGINAL.name: ORIGINAL} | {o.name: o for o in FORM_ORIGINALS.values()}
+
+
+def original_for(m: Mutant) -> Mutant:
+    """The unmutated sources as m is judged: the extension in the card's form, or through m's form."""
+    return FORM_ORIGINALS[m.form] if m.form else ORIGINAL
 
 
 def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> list[Mutant]:
@@ -399,7 +414,8 @@ def check_catalogue(root: Path | None = None) -> list[str]:
     """Problems with the catalogue against the current sources (empty when it is sound)."""
     root = root or buildenv.source_root()
     problems = []
-    if len(BY_NAME) != len(CATALOGUE) + 1 or ORIGINAL.name in {m.name for m in CATALOGUE}:
+    originals = {ORIGINAL.name} | {o.name for o in FORM_ORIGINALS.values()}
+    if len(BY_NAME) != len(CATALOGUE) + len(originals) or originals & {m.name for m in CATALOGUE}:
         problems.append("mutant names are not unique")
     for m in CATALOGUE:
         if m.lane not in LANES:
@@ -411,6 +427,8 @@ def check_catalogue(root: Path | None = None) -> list[str]:
                             "nowhere why (unjudged)")
         if m.unjudged and (m.by_suite or m.sanitizer):
             problems.append(f"{m.name}: unjudged, yet judged by {'the suite' if m.by_suite else m.sanitizer}")
+        if m.form and not (root / (m.form.replace(".", "/") + ".py")).is_file():
+            problems.append(f"{m.name}: its form {m.form} is no module of this tree")
         for e in m.edits:
             text = (root / e.file).read_text()
             found = text.count(e.old)
