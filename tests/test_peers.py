@@ -10,11 +10,26 @@ from harness.judging.laws.common import POISON_NAN
 from tests._run import run
 
 
-@pytest.mark.parametrize("peer", ["hf", "native"])
+@pytest.mark.parametrize("peer", ["hf", "native", "hf-gemma", "native-noweight"])
 def test_panel_member_passes_the_gate(peer, tmp_path):
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", f"peer:{peer}", "--corpus", str(tmp_path)])
     assert code == 0, out[-4000:]
     assert f"rmsnorm gate PASSED: lane CPU, target peer:{peer}" in out
+
+
+@pytest.mark.parametrize("peer, laws", [
+    # hf's code under Qwen3's name: what its declaration holds it to (the order), beside the forward.
+    ("hf-qwen3", ["follows_declared_order", "forward_matches_reference"]),
+    # torch.compile compiles afresh for each dtype and row length (49 s for the three numeric laws): the
+    # forward and the declared order, where a compiled Gemma would round (1 + w) or y otherwise.
+    ("compiled-gemma", ["variant_forward_matches_reference", "follows_declared_order"]),
+])
+def test_panel_member_passes_the_laws_of_its_declaration(peer, laws, tmp_path):
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", f"peer:{peer}", "--corpus", str(tmp_path),
+                     "--", "-k", " or ".join(laws)])
+    assert code == 0, out[-4000:]
+    assert f"rmsnorm gate PASSED: lane CPU, target peer:{peer}" in out
+    assert all(f"\n{law} " in out for law in laws), out[-4000:]  # each law ran, in the report's table
 
 
 @pytest.mark.slow("torch.compile compiles for each new dtype and layout (72 s)")

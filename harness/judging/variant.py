@@ -148,17 +148,74 @@ def reference(variant: Variant, x, weight, eps, residual) -> tuple[torch.Tensor,
                               residual_dtype=rdt, has_weight=variant.weight)
 
 
-def emulations(variant: Variant, x, weight, eps, residual) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """The eager computations a correct kernel may be held against: the declared order's, or where none is
-    declared the two orders libraries ship (cast then multiply; multiply in float32)."""
+def eager(variant: Variant, x, weight, eps, residual, order: str):
+    """(y, residual_out or None): eager torch in the given order, differentiable. In float64 it stays in float64
+    (orders.emulate upcasts to float32 and no further, as HF's code does: its error is the float32 one, and a
+    float64 kernel granted it would pass computed in float32)."""
     rdt = variant.residual_torch_dtype(x.dtype) if variant.fused else None
-    out = []
-    for o in ([variant.order] if variant.order else ["cast_then_multiply", "multiply_in_float32"]):
-        if o == "all_in_dtype" and variant.fused and variant.sum != "stored":
-            continue
-        out.append(orders.emulate(x, weight, eps, order=o, weight_offset=variant.weight_offset, residual=residual,
-                                  sum_in=variant.sum, residual_dtype=rdt, has_weight=variant.weight))
-    return out
+    if x.dtype != torch.float64:
+        return orders.emulate(x, weight, eps, order=order, weight_offset=variant.weight_offset, residual=residual,
+                              sum_in=variant.sum, residual_dtype=rdt, has_weight=variant.weight)
+    s = x if residual is None else x + residual.to(torch.float64)
+    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
+    if variant.weight:
+        y = y * (weight.to(torch.float64) + variant.weight_offset)
+    return y, (None if residual is None else s)
+
+
+def eager_orders(variant: Variant) -> list[str]:
+    """The orders a correct kernel may be held against: the declared one, or where none is declared the two
+    orders libraries ship (cast then multiply; multiply in float32)."""
+    out = [variant.order] if variant.order else ["cast_then_multiply", "multiply_in_float32"]
+    return [o for o in out if not (o == "all_in_dtype" and variant.fused and variant.sum != "stored")]
+
+
+def emulations(variant: Variant, x, weight, eps, residual) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The eager computations a correct kernel may be held against (eager_orders), as eager() computes them."""
+    return [eager(variant, x, weight, eps, residual, o) for o in eager_orders(variant)]
+
+
+def alternatives(variant: Variant, x, weight, eps, residual) -> tuple[list, list]:
+    """The diagnosis of a wrong forward: (for y, for residual_out) lists of (the bug class, in words; what the
+    output would be under it, float64), each a bug that shipped in a library's fused add or (1 + w)
+    (docs/variants.md). judge.compare names the first that explains the wrong elements."""
+    ys: list = []
+    res: list = []
+
+    def ref(**kw):
+        v = dataclasses.replace(variant, **{k: kw.pop(k) for k in list(kw) if k in ("weight_offset", "sum")})
+        return reference(v, kw.get("x", x), kw.get("weight", weight), eps, kw.get("residual", residual))
+
+    if variant.weight and variant.weight_offset:
+        off = variant.weight_offset
+        ys.append((f"y is what (1 + w) gives with the offset applied twice ({2 * off:g} + w): the offset added "
+                   "again where it was already in the weight", ref(weight_offset=2 * off)[0]))
+        ys.append(("y is what w alone gives: the offset (1 + w) left out of the forward", ref(weight_offset=0.0)[0]))
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if tol.unit_roundoff(weight.dtype) > tol.unit_roundoff(acc):  # a weight narrower than the arithmetic
+            rounded = (weight + off).to(torch.float64)  # 1 + w computed, and rounded, in the weight's own dtype
+            ys.append((f"y is what 1 + w rounded to the weight's {str(weight.dtype).replace('torch.', '')} gives: the "
+                       "offset added in the weight's dtype before the promotion (1 + w must be added in float32)",
+                       ref(weight=rounded, weight_offset=0.0)[0]))
+    if variant.fused:
+        y2, r2 = ref(residual=residual * 2)
+        ys.append(("y is the norm of x + 2 residual: the residual added twice", y2))
+        res.append(("residual_out is x + 2 residual: the residual added twice", r2))
+        ys.append(("y is the norm of x alone: the residual left out of the sum that is normalised",
+                   reference(dataclasses.replace(variant, residual="none", sum="float32", residual_dtype="x"), x,
+                             weight, eps, None)[0]))
+        res.append(("residual_out holds the residual as it was passed in: the sum was never written back",
+                    residual.detach().to(torch.float64)))
+        if x.dtype in (torch.float16, torch.bfloat16) and variant.order != "all_in_dtype":
+            other = "stored" if variant.sum == "float32" else "float32"
+            said = {"stored": "the sum rounded to the residual's dtype", "float32": "the float32 sum"}
+            ys.append((f"y is the norm of {said[other]} (sum {other!r}), not of {said[variant.sum]} that the contract "
+                       f"declares (sum {variant.sum!r})", ref(sum=other)[0]))
+            if variant.residual_torch_dtype(x.dtype) == torch.float32:
+                res.append((f"residual_out is the sum rounded to x's {str(x.dtype).replace('torch.', '')}: the float32 "
+                            "residual stream declared (residual_dtype float32) was rounded to x's dtype",
+                            (x.to(torch.float32) + residual.to(torch.float32)).to(x.dtype).to(torch.float64)))
+    return ys, res
 
 
 def normalised_input(variant: Variant, x, residual) -> torch.Tensor:
@@ -206,7 +263,7 @@ def expect_forward(variant: Variant, x, weight, eps, residual) -> Expected:
     analysis = bound_y
     check = judge.row_mask(stats.verifiable, x.shape)
     for y_e, _ in emulations(variant, x, weight, eps, residual):
-        bound_y = torch.maximum(bound_y, judge._eager_widened(analysis, y_e, y_ref, check, rowwise=True))
+        bound_y = torch.maximum(bound_y, judge._eager_widened(analysis, y_e.detach(), y_ref, check, rowwise=True))
     bound_res = None
     if res_ref is not None:
         rdt = variant.residual_torch_dtype(x.dtype)

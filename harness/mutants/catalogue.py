@@ -48,6 +48,11 @@ class Mutant:
     # catalogue so that its edits are still checked against the sources, and the mutation score and
     # the sanitize step name it as not judged rather than leave it out unsaid.
     unjudged: str = ""
+    # The module target that judges it, where its edits are in code the card's form never calls (the fused
+    # forms): a module of examples/project_variants/ whose forward calls rmsnorm.rms_norm, which a mutant
+    # target serves from the mutant's build (harness.running.loading); its RMSNORM_CONTRACT says the variant.
+    # Empty: the extension itself, in the card's form.
+    form: str = ""
 
     def key(self) -> str:
         h = hashlib.sha256(self.name.encode())
@@ -334,6 +339,30 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("cpu_zero_rows_dw_unwritten", "cpu", "zero rows: grad_weight left unwritten",
            (Edit(BIND, "  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial",
                  "  if (rows == 0) return {dx, dw};\n  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial"),)),
+    # ---- the CPU kernels of the fused forms (rms_norm's residual, weight_offset, no weight), each judged
+    # through a module of examples/project_variants/ that calls them (the card's form does not) ----------
+    Mutant("cpu_fused_residual_not_written_back", "cpu",
+           "an in-place fused add that writes y but leaves the residual as it was (the sum never stored)",
+           (Edit(CPU, "        ro[i] = static_cast<R>(s[i]);\n", "        (void)ro;\n"),),
+           form="examples.project_variants.fused_add_in_place"),
+    Mutant("cpu_fused_sum_rounded_first", "cpu",
+           "the sum rounded to the residual's dtype before the statistics (the stored sum normalised where the "
+           "float32 sum is declared)",
+           (Edit(CPU, "        s[i] = static_cast<A>(xr[i]) + static_cast<A>(rr[i]);\n"
+                      "        ro[i] = static_cast<R>(s[i]);\n",
+                 "        ro[i] = static_cast<R>(static_cast<A>(xr[i]) + static_cast<A>(rr[i]));\n"
+                 "        s[i] = static_cast<A>(ro[i]);\n"),),
+           echoes="vllm-project/vllm#52104", form="examples.project_variants.fused_add"),
+    Mutant("cpu_offset_twice", "cpu", "Gemma's offset applied twice in the forward (2 + w)",
+           (Edit(CPU, "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + weight_offset));",
+                 "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + 2 * weight_offset));"),),
+           form="examples.project_variants.gemma"),
+    Mutant("cpu_offset_in_weight_dtype", "cpu",
+           "Gemma's 1 + w added in the weight's dtype before the promotion (rounded to bfloat16 there)",
+           (Edit(CPU, "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + weight_offset));",
+                 "yr[i] = static_cast<T>(s[i] * inv * static_cast<A>(static_cast<W>(static_cast<A>(weight[i]) + "
+                 "weight_offset)));"),),
+           echoes="linkedin/Liger-Kernel#1462", form="examples.project_variants.gemma"),
     # ---- shared binding code: argument checks and layouts (both devices) -----------------------
     Mutant("weight_shape_unchecked", "both", "the weight's length not checked against N",
            (Edit(BIND, "TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),",
@@ -363,7 +392,17 @@ CATALOGUE: tuple[Mutant, ...] = (
 # name): `mutate` judges it first, and replays each killing case on it.
 ORIGINAL = Mutant("original", "both", "none: the unmutated sources", ())
 
-BY_NAME = {m.name: m for m in CATALOGUE} | {ORIGINAL.name: ORIGINAL}
+# The unmutated sources judged through each form a mutant names (Mutant.form): where mutate replays the cases
+# that killed those mutants, since the card's form would not call the code they edit.
+FORM_ORIGINALS = {f: Mutant(f"original-{f.rsplit('.', 1)[-1]}", "both", f"none: the unmutated sources, through {f}",
+                            (), form=f) for f in sorted({m.form for m in CATALOGUE if m.form})}
+
+BY_NAME = {m.name: m for m in CATALOGUE} | {ORIGINAL.name: ORIGINAL} | {o.name: o for o in FORM_ORIGINALS.values()}
+
+
+def original_for(m: Mutant) -> Mutant:
+    """The unmutated sources as m is judged: the extension in the card's form, or through m's form."""
+    return FORM_ORIGINALS[m.form] if m.form else ORIGINAL
 
 
 def select(names: list[str] | None = None, lanes: tuple[str, ...] = LANES) -> list[Mutant]:
@@ -399,7 +438,8 @@ def check_catalogue(root: Path | None = None) -> list[str]:
     """Problems with the catalogue against the current sources (empty when it is sound)."""
     root = root or buildenv.source_root()
     problems = []
-    if len(BY_NAME) != len(CATALOGUE) + 1 or ORIGINAL.name in {m.name for m in CATALOGUE}:
+    originals = {ORIGINAL.name} | {o.name for o in FORM_ORIGINALS.values()}
+    if len(BY_NAME) != len(CATALOGUE) + len(originals) or originals & {m.name for m in CATALOGUE}:
         problems.append("mutant names are not unique")
     for m in CATALOGUE:
         if m.lane not in LANES:
@@ -411,6 +451,8 @@ def check_catalogue(root: Path | None = None) -> list[str]:
                             "nowhere why (unjudged)")
         if m.unjudged and (m.by_suite or m.sanitizer):
             problems.append(f"{m.name}: unjudged, yet judged by {'the suite' if m.by_suite else m.sanitizer}")
+        if m.form and not (root / (m.form.replace(".", "/") + ".py")).is_file():
+            problems.append(f"{m.name}: its form {m.form} is no module of this tree")
         for e in m.edits:
             text = (root / e.file).read_text()
             found = text.count(e.old)

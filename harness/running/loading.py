@@ -35,11 +35,18 @@ def load(spec: TargetSpec, device: str, strict: bool | None = None) -> Target:
     elif spec.kind == "mutant":
         # The mutation tools build it: imported only for a mutant target.
         from harness.mutants import builder
+        from harness.mutants.catalogue import BY_NAME
 
         module = builder.load(spec.name, dev.type)
         note = spec.note()
         rmsnorm.adopt(module, note)
         has_ops = True
+        form = BY_NAME[spec.name].form
+        if form:
+            # A mutant of the fused forms is judged through a module calling rmsnorm.rms_norm, which now serves
+            # the mutant's build (the card's form never calls that code).
+            module = importlib.import_module(form)
+            note = f"{note}, through {form}"
     elif spec.kind == "peer":
         from harness.running import peers  # the panel imports its libraries: only for a peer target
 

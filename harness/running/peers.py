@@ -10,6 +10,15 @@ it is meant for, and the gate must pass it there.
   compiled       torch.compile of the hf function, forward and backward
   liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); CUDA only
 
+The variants people ship, each declaring its variant (harness.judging.variant) and called in its form:
+  hf-qwen3       Hugging Face's Qwen3RMSNorm (LlamaRMSNorm's code, also per head); order cast_then_multiply
+  hf-gemma       Hugging Face's GemmaRMSNorm: (1 + w) in float32, one rounding (multiply_in_float32)
+  native-noweight  F.rms_norm without a weight (torch.nn.RMSNorm(elementwise_affine=False))
+  compiled-gemma torch.compile of the hf-gemma function
+  liger-gemma    Liger-Kernel's RMSNorm with Gemma's offset and casting mode; CUDA only
+  liger-fused-add  Liger-Kernel's LigerFusedAddRMSNorm, (y, residual) with the stored sum; CUDA only
+hf declares its order too (cast_then_multiply), so the law of the declared order holds it.
+
 Modes that show real faults, with the diagnosis the gate must give:
   liger-inplace  Liger-Kernel's default in_place=True: backward writes grad_x into grad_out
   liger-float64  Liger-Kernel given float64 input, which it computes at float32 precision

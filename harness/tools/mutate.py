@@ -300,28 +300,31 @@ class Original:
 
     def __init__(self, device: str, processes: int = 1) -> None:
         self.device, self.processes = device, processes
-        self._runner = None
+        self._runners: dict[str, Runner] = {}
         self._lock = threading.Lock()
 
     def confirm(self, r: Result) -> str:
-        """"yes" when the original passes the case that killed r, else what it did."""
+        """"yes" when the original passes the case that killed r, else what it did. The original is judged
+        as the mutant was: through the mutant's form where it names one (catalogue.original_for)."""
         if not r.corpus_file:
             return "no case saved to replay"
 
         entry = corpus.load_entry(Path(r.corpus_file))
+        original = mutants.original_for(mutants.BY_NAME[r.mutant]).name
         with self._lock:
-            if self._runner is None:
-                self._runner = Runner(TargetSpec("mutant", mutants.ORIGINAL.name), self.device,
-                                      env=_worker_env(self.processes))
-                self._runner.start()
-            v = self._runner.check(entry.law, entry.case)
+            runner = self._runners.get(original)
+            if runner is None:
+                runner = self._runners[original] = Runner(TargetSpec("mutant", original), self.device,
+                                                          env=_worker_env(self.processes))
+                runner.start()
+            v = runner.check(entry.law, entry.case)
         if v.status == "pass":
             return "yes"
         return f"fails it too ({v.status}: {v.message.splitlines()[0][:120] if v.message else ''})"
 
     def stop(self) -> None:
-        if self._runner is not None:
-            self._runner.stop()
+        for runner in self._runners.values():
+            runner.stop()
 
 
 def _baseline_failure(r: Result) -> str:
@@ -446,7 +449,7 @@ class _Run:
                 kept = keep(r, self.device, self.kills_dir)
                 if kept is not None:
                     print(f"  kept the case that killed {m.name}: {kept}", flush=True)
-            if self.with_baseline:
+            if self.with_baseline and not m.form:  # the card's check calls the card's form, not a fused one
                 r.baseline, r.baseline_detail = baseline(m, device=self.device)
             else:
                 r.baseline = "not run"

@@ -86,17 +86,43 @@ class PrenormGrouping(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, residual, weight, eps):
-        s = x.to(torch.float32) + residual.to(torch.float32)
+        acc = _acc(x.dtype)
+        s = x.to(acc) + residual.to(acc)
         xh, inv = norm(s, eps)
         ctx.save_for_backward(s, weight, inv)
-        return (xh * weight.to(torch.float32)).to(x.dtype), s.to(residual.dtype)
+        return (xh * weight.to(acc)).to(x.dtype), s.to(residual.dtype)
 
     @staticmethod
     def backward(ctx, gy, gres):
         s, weight, inv = ctx.saved_tensors
-        n = s.shape[-1]
-        g_in = gy.to(torch.float32) + gres.to(torch.float32)  # the wrong grouping: the sum's gradient normalised
-        g = g_in * weight.to(torch.float32)
+        n, acc = s.shape[-1], s.dtype
+        g_in = gy.to(acc) + gres.to(acc)  # the wrong grouping: the sum's gradient normalised
+        g = g_in * weight.to(acc)
         gs = inv * (g - s * inv * inv * (g * s).sum(-1, keepdim=True) / n)
-        gw = (gy.to(torch.float32) * s * inv).reshape(-1, n).sum(0)
+        gw = (gy.to(acc) * s * inv).reshape(-1, n).sum(0)
         return gs.to(gy.dtype), gs.to(gres.dtype), gw.to(weight.dtype), None
+
+
+class GradIntoGradY(torch.autograd.Function):
+    """A (1 + w) norm whose backward writes grad_x into the memory of grad_y it was handed and returns it (an
+    in-place backward, as Liger-Kernel's in_place=True: harmless alone, wrong wherever another consumer of y's
+    gradient reads it after, as the residual between Gemma 2's two norms did)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, offset):
+        xh, inv = norm(x, eps)
+        ctx.save_for_backward(x, weight, inv)
+        ctx.offset = offset
+        return (xh * (weight.to(xh.dtype) + offset)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight, inv = ctx.saved_tensors
+        a = x.to(_acc(x.dtype))
+        w = weight.to(a.dtype) + ctx.offset
+        g = gy.to(a.dtype) * w
+        n = a.shape[-1]
+        gx = inv * (g - a * inv * inv * (g * a).sum(-1, keepdim=True) / n)
+        gw = (gy.to(a.dtype) * a * inv).reshape(-1, n).sum(0)
+        gy.copy_(gx)  # grad_x written over grad_y
+        return gy, gw.to(weight.dtype), None, None
