@@ -392,7 +392,7 @@ def variant_two_layers(target: Target, case: Case):
 
 
 @law(form="any", when=lambda v: None if v.order in ("cast_then_multiply", "multiply_in_float32") else
-     "needs a declared rounding order with a window (cast_then_multiply or multiply_in_float32)", half=True)
+     "needs a declared rounding order with a window (cast_then_multiply or multiply_in_float32)")
 def follows_declared_order(target: Target, case: Case):
     """A 16-bit y (and a stored sum) is, element for element, what the declared rounding order gives, within
     the room a correct kernel's float32 arithmetic takes: one or two roundings on a tie, never another order's
