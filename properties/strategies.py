@@ -381,6 +381,36 @@ def huge_cases() -> st.SearchStrategy[Case]:
     return draw_case()
 
 
+def far_rows_cases() -> st.SearchStrategy[Case]:
+    """Cases of row_offsets_past_2_31 (harness.judging.laws.offsets): 3 rows of N <= 4096 in a 16-bit dtype
+    where the contract allows one (its storage is 2^32 + 2N elements: 8 GiB of address space, never
+    touched), else float32; laid out as rows padded far apart ("padded"). The choices are made inside the
+    declared contract (fixed for the run), then the case is moved inside what the run has inferred so far
+    by a fixed rule, as _inside does (choices whose options change between examples break Hypothesis'
+    replay). Shrinks towards N = 1."""
+
+    @st.composite
+    def draw_case(draw):
+        c = session.current().declared_contract()
+        order = [d for d in ("bfloat16", "float16", "float32") if d in c.dtypes] or ["bfloat16"]
+        dtype = draw(st.sampled_from([d for d in order if d != "float32"] or order))
+        n = draw(n_sizes(max_n=4096))
+        same = draw(st.sampled_from([w for w in ("same", "float32") if w in c.weight_dtypes]))
+        eps = draw(st.sampled_from(EPS_CHOICES))
+        seed = draw(st.integers(0, 2**31 - 1))
+        now = session.current().contract()
+        gone = now.excluded_values("dtype")
+        dtype = _next_inside(dtype, order, lambda d: d in now.dtypes and d not in gone)
+        m = now.n_multiple_for(dtype)
+        n = max(m, min(n, now.max_n_for(dtype)) // m * m)
+        case = Case(shape=(3, n), dtype=dtype, weight_dtype=dtype if same == "same" else "float32", eps=eps,
+                    layout="padded", grad_layout="padded", seed=seed)
+        assume(not now.excluded(case))  # a class of two conditions (a dtype pair) that moving did not avoid
+        return case
+
+    return draw_case()
+
+
 NONCONTIGUOUS = tuple(l for l in LAYOUTS if l != "contiguous")
 
 
@@ -412,6 +442,7 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
         "forward_matches_reference_tall": tall_cases,
         "backward_matches_reference_tall": tall_cases,
         "beyond_2_31_elements": huge_cases,
+        "row_offsets_past_2_31": far_rows_cases,
         "backward_matches_reference_large": expensive_cases,
         "backward_matches_reference": lambda: cases(),
         "gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",),
