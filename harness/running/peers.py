@@ -8,7 +8,8 @@ it is meant for, and the gate must pass it there.
   native         torch.nn.functional.rms_norm; on CUDA the fused ATen operators it runs
                  (torch.ops.aten._fused_rms_norm and _fused_rms_norm_backward)
   compiled       torch.compile of the hf function, forward and backward
-  liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); CUDA only
+  liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); on CUDA, or on the CPU
+                 under Triton's interpreter (its worker sets TRITON_INTERPRET: harness.running.interpreter)
 
 Modes that show real faults, with the diagnosis the gate must give:
   liger-inplace  Liger-Kernel's default in_place=True: backward writes grad_x into grad_out
@@ -22,6 +23,8 @@ float64.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -165,9 +168,10 @@ class Liger(Peer):
         self.in_place = in_place
 
     def unavailable(self, device):
-        why = super().unavailable(device)
+        interpreted = torch.device(device).type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        why = None if interpreted else super().unavailable(device)
         if why:
-            return why
+            return why + " (or on the cpu under Triton's interpreter, which the gate runs it under there)"
         try:
             import liger_kernel.ops.rms_norm  # noqa: F401
         except ImportError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from harness.judging.caps import past_caps
 from harness.judging.target import Target
 
 LAWS: dict[str, "Law"] = {}
@@ -58,10 +59,15 @@ class Law:
         self.when = when  # variant -> why the law does not apply to it, or None (a variant law's own condition)
         self.doc = (fn.__doc__ or "").strip().splitlines()[0]
 
-    def applicable(self, target: Target) -> str | None:
-        """None when the law applies; otherwise why not."""
+    def applicable(self, target: Target, drawn: str | None = None) -> str | None:
+        """None when the law applies; otherwise why not. drawn: the strategy its cases come from, where
+        the law has several (forward_matches_reference_tall: the tall cases of forward_matches_reference)."""
         if self.optional and self.name not in required(getattr(target, "spec", None)):
             return f"not required of this target (--require {self.name.replace('_', '-')} holds it to it)"
+        if getattr(target, "interpreted", False):  # Triton's interpreter: cases past its caps are not run
+            why = past_caps(drawn or self.name)
+            if why:
+                return why
         if self.needs_cuda and not target.is_cuda:
             return "needs a CUDA device (CPU lane)"
         if self.needs_cpu and target.is_cuda:
