@@ -78,3 +78,10 @@ def test_honours_current_stream(case):
 @given(case=strategy_for("beyond_2_31_elements"))
 def test_beyond_2_31_elements(case):
     check("beyond_2_31_elements", case)
+
+
+@replay_corpus("row_offsets_past_2_31")
+@settings(max_examples=10)  # 3 rows a case: it is the offsets, not the cases, that it is about
+@given(case=strategy_for("row_offsets_past_2_31"))
+def test_row_offsets_past_2_31(case):
+    check("row_offsets_past_2_31", case)

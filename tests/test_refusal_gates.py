@@ -27,13 +27,21 @@ def test_a_crash_on_an_input_it_otherwise_accepts_fails_the_gate(tmp_path, targe
     assert "nearest accepted: " in out and "replay: " in out, out[-3000:]
 
 
-def test_a_refused_dtype_pair_passes_with_the_contract_it_comes_to(tmp_path):
-    code, out = gate("--target", "module:tests.targets.refuses_a_dtype_pair", "--corpus", str(tmp_path), "--", "-k",
-                     "test_forward_matches_reference and not large and not tall")
+def refused_pair_passes(target: str, corpus, env=None) -> str:
+    """The gate on a target that refuses bfloat16 x with a float32 weight, and nothing else: it passes, with the
+    class inferred and the contract to declare said (tests/test_triton_interpreter.py judges a Triton one).
+    Returns the output."""
+    code, out = gate("--target", target, "--corpus", str(corpus), "--", "-k",
+                     "test_forward_matches_reference and not large and not tall", env=env)
     assert code == 0, out[-3000:]
     assert "forward refuses dtype=bfloat16&weight_dtype=float32: " in out, out[-3000:]
     assert ("declare it with --exclude 'dtype=bfloat16&weight_dtype=float32', or RMSNORM_CONTRACT = "
             '{"exclude": ["dtype=bfloat16&weight_dtype=float32"]}') in out, out[-3000:]
+    return out
+
+
+def test_a_refused_dtype_pair_passes_with_the_contract_it_comes_to(tmp_path):
+    refused_pair_passes("module:tests.targets.refuses_a_dtype_pair", tmp_path)
 
 
 @pytest.mark.parametrize("declared, not_applicable", [

@@ -1,10 +1,15 @@
 """Six bugs that Triton RMSNorms really have, planted one at a time in rmsnorm_triton.py.
 
-Each is {"name", "description", "old", "new", "kill"}: old is an exact substring found once in
-rmsnorm_triton.py, new its replacement, and kill the input on which the mutant is wrong and the
-original right (check.inputs' arguments; check_mutants.py builds it and shows both). "gate" says
-whether the gate on a CPU draws inputs like it.
+Each is {"name", "description", "old", "new", "kill", "gate", "law"}: old is an exact substring found
+once in rmsnorm_triton.py, new its replacement, and kill the input on which the mutant is wrong and the
+original right (check.inputs' arguments; check_mutants.py builds it and shows both). "gate" says how
+the gate on the CPU lane (under Triton's interpreter) kills it, and "law" is the -k expression of the
+law whose test kills it: tests/test_triton_interpreter.py runs the gate limited to it on each mutant
+and replays the killing case on the original.
 """
+
+FORWARD = "test_forward_matches_reference and not large and not tall"
+BACKWARD = "test_backward_matches_reference and not large and not tall"
 
 MUTANTS = [
     {
@@ -16,6 +21,7 @@ MUTANTS = [
         "kill": {"shape": (3, 3), "dtype": "float32", "weight_dtype": "same", "layout": "contiguous",
                  "grad_layout": "contiguous"},
         "gate": "yes: any N that is not a multiple of its block (every N < 4096 not a power of two)",
+        "law": FORWARD,
     },
     {
         "name": "other_not_neutral",
@@ -26,6 +32,7 @@ MUTANTS = [
         "kill": {"shape": (1, 3), "dtype": "float32", "weight_dtype": "same", "layout": "contiguous",
                  "grad_layout": "contiguous"},
         "gate": "yes: any N that is not a multiple of its block",
+        "law": FORWARD,
     },
     {
         "name": "mean_over_block",
@@ -35,6 +42,7 @@ MUTANTS = [
         "kill": {"shape": (1, 3), "dtype": "float32", "weight_dtype": "same", "layout": "contiguous",
                  "grad_layout": "contiguous"},
         "gate": "yes: any N that is not a power of two below 4096 or a multiple of 4096 above it",
+        "law": FORWARD,
     },
     {
         "name": "int32_row_offsets",
@@ -44,9 +52,9 @@ MUTANTS = [
         "new": "row = tl.program_id(0)",
         "kill": {"shape": (3, 8), "dtype": "bfloat16", "weight_dtype": "same", "layout": "row_stride_2_30",
                  "grad_layout": "contiguous"},
-        "gate": "not on a CPU: its cases hold at most 2^24 elements and no layout strides past 2^31; this input "
-                "is a view that the gate does not draw (check.huge_rows). On a GPU, law beyond_2_31_elements "
-                "draws tensors past 2^31 elements (not run here)",
+        "gate": "yes: law row_offsets_past_2_31 places 3 rows at a row stride of 2^30 in an 8 GiB storage it never "
+                "touches (this input; on a GPU, law beyond_2_31_elements draws whole tensors past 2^31 elements)",
+        "law": "test_row_offsets_past_2_31",
     },
     {
         "name": "grad_weight_overwritten",
@@ -57,6 +65,7 @@ MUTANTS = [
         "kill": {"shape": (12, 3), "dtype": "float32", "weight_dtype": "same", "layout": "contiguous",
                  "grad_layout": "contiguous"},
         "gate": "yes: more rows than backward programs (8 under the interpreter)",
+        "law": BACKWARD,
     },
     {
         "name": "grad_out_strides_of_x",
@@ -70,5 +79,6 @@ MUTANTS = [
         "kill": {"shape": (3, 7), "dtype": "float32", "weight_dtype": "same", "layout": "transposed",
                  "grad_layout": "contiguous"},
         "gate": "yes: x and grad_out are drawn in layouts of their own (broadcast grad_out, transposed x)",
+        "law": BACKWARD,
     },
 ]

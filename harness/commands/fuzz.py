@@ -218,7 +218,7 @@ def fuzz(*, minutes: float, laws=None, chunk: int = 50, status: Path | None = No
             state["not_run"][name] = why
             tests.remove((name, nodeid))
     if status is None:
-        print(f"fuzz: lane {session.lane()}, target {session.current().spec} ({info['note']}), "
+        print(f"fuzz: lane {session.lane_label()}, target {session.current().spec} ({info['note']}), "
               f"{len(tests)} tests of {len({_law_of(t) for t, _ in tests})} laws "
               f"({len(state['not_run'])} more not run here), {minutes:g} min", file=sys.stderr)
     t0 = time.time()
@@ -276,7 +276,7 @@ def interrupted_in_set_up(elapsed: float) -> int:
 
 
 def verdict_line(verdict: str, cases: int, elapsed: float) -> str:
-    return (f"rmsnorm fuzz {verdict}: lane {session.lane()}, target {session.current().spec}, {provenance()}, "
+    return (f"rmsnorm fuzz {verdict}: lane {session.lane_label()}, target {session.current().spec}, {provenance()}, "
             f"{cases} cases in {elapsed:.0f} s")
 
 

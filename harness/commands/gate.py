@@ -5,8 +5,10 @@ verdict line derived from what the run recorded."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import torch
 
 from harness import pytest_plugin
 from harness.commands.exits import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SETUP, EXIT_TERMINATED,
-                                    SetupError)
+                                    NotJudgedError, SetupError)
 from harness.commands.options import apply_target_env
 from harness.running import interrupts, session
 from harness.running.gpus import default_processes
@@ -25,6 +27,7 @@ from harness.running.locations import command, properties_dir, pytest_args as la
 from harness.running.provenance import provenance
 from harness.running.report import stopped_early
 from harness.running.spec import TargetSpec
+from harness.running.tally import Tally
 from harness.running.worker import HarnessError, start_cpu_fork_server
 from rmsnorm import _toolchain
 from rmsnorm._build import built_before
@@ -45,11 +48,20 @@ def preflight(what: str) -> None:
             _build_in_a_process(spec, dev)
         os.environ["RMSNORM_BUILT"] = str(spec)  # pytest's session start need not build it again
     try:
-        session.current().runner()
+        info = session.current().runner().info
     except HarnessError as e:
         interrupts.check()  # a worker the interrupt ended while it loaded the target: the interrupt's
         lines = [ln for ln in str(e).splitlines()[1:] if ln.strip()] or [str(e)]
         raise SetupError(f"target {spec} could not be loaded for {what}: {lines[0][:300]}") from None
+    cannot = (info.get("interpreter") or {}).get("cannot_interpret")
+    if cannot:  # its first calls under Triton's interpreter: the interpreter cannot run its kernel
+        raise NotJudgedError(cannot)
+
+
+def not_judged_line(cmd: str, spec: TargetSpec, why: str) -> str:
+    """The verdict line of a target that Triton's interpreter cannot run (why: its error, and where)."""
+    return (f"rmsnorm {cmd} NOT JUDGED: target {spec} cannot run under Triton's interpreter: {why}; neither failed "
+            "nor passed (judge it compiled, on a GPU, or make the kernel run under the interpreter)")
 
 
 def _build_in_a_process(spec: TargetSpec, device: str) -> None:
@@ -90,7 +102,10 @@ def _built_before(spec: TargetSpec) -> str | None:
 
 
 def setup_failed(cmd: str, e: SetupError) -> int:
-    print(f"{command()} {cmd}: set-up error: {e}", file=sys.stderr, flush=True)
+    if isinstance(e, NotJudgedError):  # its own verdict line, not a fault of the set-up
+        print(not_judged_line(cmd, TargetSpec.from_env(), str(e)), file=sys.stderr, flush=True)
+    else:
+        print(f"{command()} {cmd}: set-up error: {e}", file=sys.stderr, flush=True)
     return EXIT_SETUP
 
 
@@ -104,8 +119,8 @@ def subcommand(args) -> int:
     except SetupError as e:
         return setup_failed("gate", e)
     except KeyboardInterrupt:
-        print(f"\nrmsnorm gate INTERRUPTED: lane {session.lane()}, target {TargetSpec.from_env()}, {provenance()}, "
-              f"during set-up (building and loading the target), {time.perf_counter() - t_setup:.0f} s wall; "
+        print(f"\nrmsnorm gate INTERRUPTED: lane {session.lane_label()}, target {TargetSpec.from_env()}, "
+              f"{provenance()}, during set-up (building and loading the target), {time.perf_counter() - t_setup:.0f} s wall; "
               "no law ran")
         return interrupts.exit_code()
     if args.budget <= 0:
@@ -128,9 +143,21 @@ def subcommand(args) -> int:
     if any(a.startswith("-v") or a == "--verbose" for a in args.pytest_args):
         pytest_args.remove("-q")  # -v asks for the tracebacks the quiet reports leave out
     pytest_args += args.pytest_args
+    # The run's tallies in a folder of the gate's own, read after pytest has ended (the plugin removes one it
+    # made itself): whether Triton's interpreter could run the target, and what it could not judge.
+    tallies = None
+    if not os.environ.get("RMSNORM_TALLY_DIR"):
+        tallies = tempfile.mkdtemp(prefix="rmsnorm-gate-tally-")
+        os.environ["RMSNORM_TALLY_DIR"] = tallies
     t0 = time.perf_counter()
     freeze_imported_objects()
-    code = pytest.main(pytest_args)
+    try:
+        code = pytest.main(pytest_args)
+        recorded = Tally.read(Path(os.environ["RMSNORM_TALLY_DIR"]))
+    finally:
+        if tallies is not None:
+            shutil.rmtree(tallies, ignore_errors=True)
+            os.environ.pop("RMSNORM_TALLY_DIR", None)
     code = {pytest.ExitCode.OK: EXIT_PASSED, pytest.ExitCode.TESTS_FAILED: EXIT_FAILED,
             pytest.ExitCode.INTERRUPTED: EXIT_INTERRUPTED}.get(code, EXIT_SETUP)
     COVERAGE_VERDICT, NOT_RUN_HERE, RECORDED = (pytest_plugin.COVERAGE_VERDICT, pytest_plugin.NOT_RUN_HERE,
@@ -153,7 +180,14 @@ def subcommand(args) -> int:
         verdict += f" ({said})"
     if NOT_RUN_HERE:  # never a silent pass: what this GPU could not hold was not checked
         verdict += f" (not run on this GPU, too little free memory: {', '.join(NOT_RUN_HERE)})"
-    print(f"\nrmsnorm gate {verdict}: lane {session.lane()}, target {TargetSpec.from_env()}, {provenance()}, "
+    if recorded.not_judged_why and code in (EXIT_PASSED, EXIT_FAILED):  # never a silent pass either
+        verdict += f" (not judged under the interpreter: {', '.join(sorted(recorded.not_judged_why))})"
+    if recorded.cannot_interpret and not interrupts.received():
+        # The interpreter could not run the kernel: whatever else the run saw, the target was not judged.
+        print("\n" + not_judged_line("gate", TargetSpec.from_env(), recorded.cannot_interpret)
+              + f"; {time.perf_counter() - t0:.0f} s wall", flush=True)
+        return EXIT_SETUP
+    print(f"\nrmsnorm gate {verdict}: lane {session.lane_label()}, target {TargetSpec.from_env()}, {provenance()}, "
           f"profile {args.profile}, {time.perf_counter() - t0:.0f} s wall; JUnit XML: {junit}")
     return code
 

@@ -286,6 +286,12 @@ class Contract:
 
     def leaves_nothing_for(self, law: str, has_backward: bool) -> str | None:
         """Why the contract leaves a law nothing to draw (it is then not applicable), or None."""
+        if law == "row_offsets_past_2_31":
+            if "padded" not in self.layouts or "padded" in self.excluded_values("layout"):
+                return "the contract's layouts leave out rows padded apart (padded), which its rows 2^30 apart are"
+            if not {"bfloat16", "float16", "float32"} & (set(self.dtypes) - self.excluded_values("dtype")):
+                return ("the contract's dtypes are float64 alone, whose storage of 2^32 elements would take 32 GiB of "
+                        "address space")
         if law == "strided_equals_contiguous":
             strided = [l for l in self.layouts if l != "contiguous" and l not in self.excluded_values("layout")]
             weights = [l for l in self.drawn_weight_layouts

@@ -42,6 +42,7 @@ EVIDENCE_LAWS = {
     "every_output_written": ("forward", "backward"), "outputs_kept": ("forward", "backward"),
     "nonfinite_propagates": ("forward", "backward"), "strided_equals_contiguous": ("forward", "backward"),
     "rows_independent": ("forward", "backward"), "deterministic": ("forward", "backward"),
+    "row_offsets_past_2_31": ("forward", "backward"),
 }
 # Laws whose refusals are not judged by the case's classes: they run the target in a dtype of their own.
 OWN_INPUT_LAWS = ("gradcheck", "batch_invariant")

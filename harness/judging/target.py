@@ -4,9 +4,11 @@ law ends in (LawFailure, NotApplicable, NoRoom). harness.running.loading builds 
 
 from __future__ import annotations
 
+import os
 import re
 import time
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
@@ -36,6 +38,21 @@ class LawFailure(AssertionError):
 
 class NotApplicable(Exception):
     """The law does not apply to this target or device."""
+
+
+class NotJudged(Exception):
+    """The case cannot be judged where it runs: under Triton's interpreter, a kernel that computes on
+    bfloat16 values gets the interpreter's arithmetic on their raw bits, not the kernel's. Neither a
+    pass nor a failure; the run draws no more of its dtype, and its report says so."""
+
+    def __init__(self, why: str, dtype: str) -> None:
+        super().__init__(why)
+        self.dtype = dtype
+
+
+class CannotInterpret(Exception):
+    """Triton's interpreter could not run the target's kernel (an InterpreterError the kernel's own
+    assertion did not raise): the target is not judged at all, neither failed nor passed."""
 
 
 class NoRoom(Exception):
@@ -75,6 +92,9 @@ class Target:
     calls: list = None  # type: ignore[assignment]
     _seen: set = None  # type: ignore[assignment]
     variant: object = None  # harness.judging.variant.Variant: the RMSNorm its contract says it is
+    interpreted: bool = False  # its kernels run under Triton's interpreter (harness.running.spec)
+    # dtype -> why its calls are not judged where they run (NotJudged): the calls of x in it are not made.
+    not_judged: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.calls, self._seen = [], set()
@@ -100,7 +120,13 @@ class Target:
         return (what, tuple(x.shape[-1:]), tuple(t.dtype for t in tensors), tuple(x.stride()), x.dim(), eps)
 
     def call(self, what: str, fn, *args):
-        """Call into the target; sort any exception into Rejected or Crashed."""
+        """Call into the target; sort any exception into Rejected or Crashed (under Triton's interpreter,
+        CannotInterpret where the interpreter could not run the kernel)."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        x = tensors[1] if what.startswith("backward") and len(tensors) > 1 else (tensors[0] if tensors else None)
+        dtype = str(x.dtype).replace("torch.", "") if x is not None else ""
+        if dtype in self.not_judged:
+            raise NotJudged(self.not_judged[dtype], dtype)
         _mark(what)
         sig = self._signature(what, args) if what in ("forward", "backward") else None
         first = sig is not None and sig not in self._seen
@@ -117,6 +143,12 @@ class Target:
         except Exception as e:  # noqa: BLE001 - any exception is data about the target
             first_line = plain(str(e)).strip().splitlines()[0] if str(e).strip() else ""
             msg = f"{what} raised {type(e).__name__}: {first_line}"
+            if self.interpreted and type(e).__name__ == "InterpreterError":
+                cause = e.__cause__
+                where = kernel_line(cause if cause is not None else e)
+                if isinstance(cause, AssertionError):  # the kernel's own tl.device_assert: a crash, as on a GPU
+                    raise Crashed(f"{msg}{where}") from None
+                raise CannotInterpret(f"{what}: {type(e).__name__}: {first_line}{where}") from None
             if self.is_cuda:
                 if _CUDA_ERROR.search(str(e)):
                     raise Crashed(msg) from None
@@ -192,6 +224,32 @@ class Target:
         check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
         check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
         return gx, gw
+
+
+def kernel_line(e: BaseException) -> str:
+    """ " at FILE line N: TEXT" of the innermost frame of e's traceback outside Triton's own package (the
+    kernel's line the interpreter was running), or "" where there is none."""
+    try:
+        import triton  # only for an interpreted target's exception: where its package lies
+
+        package = os.path.dirname(triton.__file__) + os.sep
+    except ImportError:
+        return ""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(package)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    text = f": {f.line.strip()}" if f.line else ""
+    return f" at {_short_path(f.filename)} line {f.lineno}{text}"
+
+
+def _short_path(path: str) -> str:
+    """path from site-packages (a library's file) or from the current folder (the user's), else as it is."""
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    cwd = os.getcwd() + os.sep
+    return path[len(cwd):] if path.startswith(cwd) else path
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:

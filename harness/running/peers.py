@@ -8,7 +8,8 @@ it is meant for, and the gate must pass it there.
   native         torch.nn.functional.rms_norm; on CUDA the fused ATen operators it runs
                  (torch.ops.aten._fused_rms_norm and _fused_rms_norm_backward)
   compiled       torch.compile of the hf function, forward and backward
-  liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); CUDA only
+  liger          Liger-Kernel's Triton RMSNorm (casting mode llama, in_place=False); on CUDA, or on the CPU
+                 under Triton's interpreter (its worker sets TRITON_INTERPRET: harness.running.interpreter)
 
 The variants people ship, each declaring its variant (harness.judging.variant) and called in its form:
   hf-qwen3       Hugging Face's Qwen3RMSNorm (LlamaRMSNorm's code, also per head); order cast_then_multiply
@@ -31,6 +32,8 @@ float64.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -174,9 +177,10 @@ class Liger(Peer):
         self.in_place = in_place
 
     def unavailable(self, device):
-        why = super().unavailable(device)
+        interpreted = torch.device(device).type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        why = None if interpreted else super().unavailable(device)
         if why:
-            return why
+            return why + " (or on the cpu under Triton's interpreter, which the gate runs it under there)"
         try:
             import liger_kernel.ops.rms_norm  # noqa: F401
         except ImportError as e:

@@ -40,6 +40,8 @@ def too_few_checked(t) -> list[tuple[str, int, int, int]]:
     its own needs half of what it drew."""
     floor = coverage_floor()
     out = []
+    if t.cannot_interpret:  # not judged at all: neither passed nor failed, on coverage or otherwise
+        return out
     for law in sorted(set(t.by_law) | set(t.cut_short) | set(t.applies)):
         if law in t.no_room:  # not run on this GPU: said on a line of its own, neither passed nor failed
             continue
@@ -103,6 +105,30 @@ def translate(test: str, law: str, exc: BaseException) -> str | None:
     return None
 
 
+def interpreter_lines(t: Tally) -> list[str]:
+    """What a run under Triton's interpreter was: where the setting was made and with which shims, the
+    hang limit from the measured speed, the caps it drew under, and what it could not judge."""
+    from harness.judging.caps import INTERPRETER
+    from harness.running.interpreter import SHIMS, describe_limit  # Triton's: only for an interpreted target
+
+    lines = ["Triton interpreter: TRITON_INTERPRET=1 in the target's worker processes only, with two shims ("
+             + "; ".join(SHIMS) + "); " + describe_limit((t.interpreter or {}).get("speed")),
+             INTERPRETER.describe()]
+    if t.outside_caps:
+        n = sum(len(v) for v in t.outside_caps.values())
+        lines.append(f"saved cases past the interpreter's caps, not run: {n}: " + "; ".join(
+            f"{law} {len(v)} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
+            for law, v in sorted(t.outside_caps.items())))
+    for dtype, why in sorted(t.not_judged_why.items()):
+        cases = sum(c.get("not_judged", 0) for c in t.by_law.values())
+        lines.append(f"NOT JUDGED under the interpreter: {dtype}, drawn no more in this run ({cases} case(s) of it "
+                     f"met, neither passed nor failed): {why}")
+    if t.cannot_interpret:
+        lines.append(f"NOT JUDGED: Triton's interpreter could not run the target's kernel: {t.cannot_interpret}; the "
+                     "target is neither failed nor passed")
+    return lines
+
+
 def collect_tally() -> Tally:
     d = os.environ.get("RMSNORM_TALLY_DIR")
     t = Tally.read(Path(d)) if d else Tally()
@@ -112,7 +138,7 @@ def collect_tally() -> Tally:
 
 def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
     spec = TargetSpec.from_env()
-    lines = [f"lane: {_state.lane()} — target {spec} on {_state.device()}"]
+    lines = [f"lane: {_state.lane_label()} — target {spec} on {_state.device()}"]
     if not spec.prebuilt:
         verdict = toolchain.cached()
         if verdict is not None:
@@ -121,9 +147,11 @@ def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
         lines.append("not run in this lane: the CUDA kernels, CUDA-only laws (current stream, CUDA graphs) and "
                      "compute-sanitizer; run the suite on a GPU for those")
     try:
-        lines.append(_state.current().contract().describe())
+        lines.append(_state.current().contract(judged_only=False).describe())
     except Exception:  # noqa: BLE001 - the target did not load: the set-up error says why
         pass
+    if spec.interpreted(_state.device()):
+        lines += interpreter_lines(t)
     if skipped:
         by_why: dict[str, list[str]] = {}
         for name, why in skipped:  # "law: why" (the law's own name before the colon)
@@ -184,6 +212,8 @@ def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
     compiling = t.compiling()
     if compiling is not None:
         lines.append(compiling.line())
+    if t.interpreted_line():
+        lines.append(t.interpreted_line())
     if t.unverified_rows:
         lines.append(f"rows not compared: {t.unverified_rows} (their statistics leave the accumulation type's "
                      "range: the sum of squares overflowing or in its subnormal range, or, for grad_x, inv_rms^3 "

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
+from harness.judging import caps as interpreter_caps
 from harness.judging.cases import Case
 from harness.judging.contract import Contract, from_env
 from harness.judging.laws import LAWS
@@ -52,6 +53,11 @@ def device() -> str:
 
 def lane() -> str:
     return lane_of(device())
+
+
+def lane_label() -> str:
+    """The lane as the report and the verdict name it: CPU (Triton interpreter) for Triton code on the CPU."""
+    return lane() + (" (Triton interpreter)" if TargetSpec.from_env().interpreted(device()) else "")
 
 
 def strict() -> bool | None:
@@ -130,6 +136,7 @@ class Session:
         self._declared: Contract | None = None  # declared (or none declared): fixed for the run
         self._inference: Inference | None = None
         self._weights_refused: set[str] = set()
+        self._not_judged: dict[str, str] = {}  # dtype -> why it cannot be judged where it runs (the interpreter's)
         self._identity: dict | None = None
         self._provisional: dict[str, Path] = {}  # law -> its first failing case, saved before shrinking
         self._failed_cases: dict = {}  # (law, case) -> the failing verdict, replayed once shrinking is past the budget
@@ -153,7 +160,27 @@ class Session:
             runner.start()  # a target that does not load raises here, and the next call tries again
             atexit.register(runner.stop)
             self._runner = runner
+            if runner.info.get("interpreted"):
+                probe = runner.info.get("interpreter") or {}
+                self.tally.interpreted = True
+                self.tally.interpreter = {"speed": probe.get("speed")}
+                for dtype, why in (probe.get("not_judged") or {}).items():
+                    self._note_not_judged(dtype, why)
         return self._runner
+
+    # -- Triton's interpreter -------------------------------------------------------------------------
+    def interpreted(self) -> bool:
+        """Whether the target's kernels run under Triton's interpreter in this run (harness.running.spec)."""
+        return self.spec.interpreted(device())
+
+    def caps(self) -> "interpreter_caps.Caps | None":
+        """The sizes this run draws inside besides the contract: the interpreter's caps, or None."""
+        return interpreter_caps.INTERPRETER if self.interpreted() else None
+
+    def _note_not_judged(self, dtype: str, why: str) -> None:
+        """dtype cannot be judged where the target runs: drawn no more in this run, and said in the report."""
+        self._not_judged.setdefault(dtype, why)
+        self.tally.not_judged_why.setdefault(dtype, why)
 
     def stop_runner(self) -> None:
         if self._runner is not None:
@@ -172,15 +199,18 @@ class Session:
             self._declared = c
         return self._declared
 
-    def contract(self) -> Contract:
+    def contract(self, *, judged_only: bool = True) -> Contract:
         """The contract the run draws inside now: the declared one (with the weight layouts it let the target
-        refuse, once refused), else the one inferred so far from the target's refusals."""
+        refuse, once refused), else the one inferred so far from the target's refusals; judged_only: without
+        the dtypes that cannot be judged where the target runs (Triton's interpreter's bfloat16), which the
+        report says apart."""
         c = self.declared_contract()
         if not c.declared and self._inference is not None and any(self._inference.classes.values()):
-            return self._inference.contract()
-        if self._weights_refused:
-            return dataclasses.replace(c, exclude=c.exclude + tuple(sorted(self._weights_refused)))
-        return c
+            c = self._inference.contract()
+        elif self._weights_refused:
+            c = dataclasses.replace(c, exclude=c.exclude + tuple(sorted(self._weights_refused)))
+        gone = tuple(f"dtype={d}" for d in sorted(self._not_judged) if f"dtype={d}" not in c.exclude)
+        return dataclasses.replace(c, exclude=c.exclude + gone) if judged_only and gone else c
 
     def adopt_contract(self, d: dict | None) -> None:
         """Take the contract a worker process of this run learned (Tally.contract), unless this process
@@ -204,27 +234,37 @@ class Session:
         return self.signatures.compiles(self.tally)
 
     # -- judging a case -------------------------------------------------------------------------------
-    def require(self, law: str) -> None:
+    def require(self, law: str, drawn: str | None = None) -> None:
         """Skip (under pytest) or raise NotApplicable when the law cannot run on this target and lane, or
-        the contract leaves it nothing to draw."""
+        the contract leaves it nothing to draw. drawn: the strategy the law's cases come from, where it has
+        several (forward_matches_reference_tall)."""
         info = self.runner().info
         t = SimpleNamespace(is_cuda=info["device"].startswith("cuda"), has_ops=info["has_ops"],
                             has_backward=info["has_backward"], spec=self.spec,
-                            variant=self.declared_contract().variant)
-        why = LAWS[law].applicable(t)
+                            variant=self.declared_contract().variant, interpreted=bool(info.get("interpreted")))
+        why = LAWS[law].applicable(t, drawn)
         if not why:
             nothing = self.contract().leaves_nothing_for(law, bool(info["has_backward"]))
             why = f"not applicable: {nothing}" if nothing else None
         if why:
             _skip(law, why)
 
-    def check(self, law: str, case: Case) -> Verdict:
+    def check(self, law: str, case: Case, drawn: str | None = None) -> Verdict:
         """Run law on case in the worker; raise AssertionError on failure, crash or hang, after
-        saving the case to the corpus (provisionally at once, for good once Hypothesis has shrunk it)."""
+        saving the case to the corpus (provisionally at once, for good once Hypothesis has shrunk it).
+        drawn: the strategy the case came from, where the law has several (Session.require)."""
         interrupts.check()  # a Ctrl-C since the last case stops the run here
         r = self.runner()
-        self.require(law)
+        self.require(law, drawn)
         self.tally.applies.add(law)
+        caps = self.caps()
+        if caps is not None and not caps.allows(case):
+            # A saved case larger than the interpreter's caps (from a compiled run, or another target's): not
+            # run here, counted and named, as a saved case outside the contract is.
+            name = f"{list(case.shape)} {case.dtype}"
+            if name not in self.tally.outside_caps[law]:
+                self.tally.outside_caps[law].append(name)
+            return Verdict("not_applicable", "a saved case past the interpreter's caps")
         c = self.contract()
         if (c.declared or c.inferred) and not c.allows(case):
             # A saved case (this target's from a wider run, or a seed from another) can lie outside the
@@ -241,6 +281,17 @@ class Session:
         if past is not None:
             return past
         v = r.check(law, case, deadline=self._budget_end(law))
+        if v.status == "cannot_interpret":
+            # The interpreter could not run the kernel: the target is not judged (the gate's verdict says so).
+            self.tally.cannot_interpret = self.tally.cannot_interpret or v.message.strip().splitlines()[0]
+            self.tally.by_law[law]["cannot_interpret"] += 1  # so that this process's tally is written
+            _skip(law, f"NOT JUDGED under the interpreter: {v.message.strip().splitlines()[0]}")
+        if v.status == "not_judged":
+            # bfloat16 the interpreter computes on raw bits: neither passed nor failed, and drawn no more.
+            self._note_not_judged(v.facts.get("dtype") or case.dtype, v.message.strip())
+            self.tally.by_law[law]["not_judged"] += 1
+            self.tally.seconds[law] += v.seconds
+            return v
         if v.status == "cut_short":
             self.tally.cut_short[law] += 1
             _skip(law, f"cut short by the wall-time budget (--budget) with a case still running: {case.short()}")
@@ -414,6 +465,6 @@ def use(session: Session | None) -> None:
     _CURRENT = session
 
 
-def check(law: str, case: Case) -> Verdict:
-    """What each law's test calls: the current session's check."""
-    return current().check(law, case)
+def check(law: str, case: Case, drawn: str | None = None) -> Verdict:
+    """What each law's test calls: the current session's check (drawn: Session.check's)."""
+    return current().check(law, case, drawn)

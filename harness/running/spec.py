@@ -16,12 +16,18 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 KINDS = ("project", "sources", "module", "mutant", "peer")
 _PREFIXED = ("module", "mutant", "peer")
 ENV = "RMSNORM_TARGET"
+# What marks a module as Triton code: a kernel decorated with triton.jit (or jit imported from triton).
+_TRITON_JIT = re.compile(r"\btriton\.jit\b|^\s*from\s+triton\s+import\s+[^\n]*\bjit\b", re.M)
+# The peers whose kernels are Triton's (harness.running.peers): Liger-Kernel's.
+_TRITON_PEERS = ("liger",)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,19 @@ class TargetSpec:
         optional laws it promises)."""
         return self.kind in ("project", "mutant")
 
+    def interpreted(self, device: str) -> bool:
+        """Whether the target's kernels run under Triton's interpreter (TRITON_INTERPRET=1, set in its
+        worker processes alone) on device: Triton code on the CPU. Triton code is a module:NAME whose
+        source, or that of a module beside it in its package, holds a kernel decorated with triton.jit
+        (read, not imported: triton.jit reads TRITON_INTERPRET when a kernel is decorated, so nothing of
+        the target may be imported before the worker has set it), or a Liger-Kernel peer; never sources
+        (C++/CUDA), this project or its mutants."""
+        if not str(device).startswith("cpu"):
+            return False
+        if self.kind == "peer":
+            return self.name.startswith(_TRITON_PEERS)
+        return self.kind == "module" and _holds_triton_kernels(self.name)
+
     def folder(self) -> str:
         """The name of the folder its saved cases go in: its kind and name; for sources, the first source's
         folder or file name and a hash of their paths (stable while the files are edited)."""
@@ -126,3 +145,38 @@ class TargetSpec:
             out["key"] = bspec.key()
             out["sources"] = [str(s) for s in bspec.sources]
         return out
+
+
+def module_file(name: str) -> Path | None:
+    """Where module NAME's source is, found as importlib.util.find_spec(name).origin would find it but
+    without importing its parent packages (their __init__ may import triton, or the target itself);
+    the current folder searched too, as harness.running.loading imports a module target. None where no
+    source file is found (a compiled extension, a module that is not there: loading says why)."""
+    parts = name.split(".")
+    path: list[str] | None = list(dict.fromkeys([*sys.path, os.getcwd()]))
+    spec = None
+    for i in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[: i + 1]), path)
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _holds_triton_kernels(name: str) -> bool:
+    """Whether module NAME, or a module beside it in its package (its kernels are often in a file of
+    their own), defines Triton kernels: read as text, never imported."""
+    origin = module_file(name)
+    if origin is None:
+        return False
+    files = [origin]
+    if "." in name or (origin.name == "__init__.py"):  # in a package: the modules beside it too
+        files += sorted(p for p in origin.parent.glob("*.py") if p != origin)
+    for f in files:
+        try:
+            if _TRITON_JIT.search(f.read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False

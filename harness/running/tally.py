@@ -58,6 +58,14 @@ class Tally:
         # (harness.judging.refusals), per direction, and the classes an accepted case later fell in.
         self.classes: dict[str, dict[str, dict]] = {}
         self.contradicted: list[str] = []
+        # Triton's interpreter (harness.running.interpreter): whether the target ran under it, what its
+        # worker measured, the dtypes it cannot judge there and why, the saved cases past its caps, and
+        # what it could not run (the target is then not judged at all).
+        self.interpreted = False
+        self.interpreter: dict = {}
+        self.not_judged_why: dict[str, str] = {}
+        self.outside_caps: dict[str, list[str]] = defaultdict(list)
+        self.cannot_interpret = ""
 
     def add_calls(self, calls) -> None:
         for n, first, secs in calls or ():
@@ -116,6 +124,11 @@ class Tally:
             "contract": self.contract,
             "classes": self.classes,
             "contradicted": self.contradicted,
+            "interpreted": self.interpreted,
+            "interpreter": self.interpreter,
+            "not_judged_why": self.not_judged_why,
+            "outside_caps": {k: v for k, v in self.outside_caps.items()},
+            "cannot_interpret": self.cannot_interpret,
         }
 
     @classmethod
@@ -162,12 +175,21 @@ class Tally:
         for key, worst in d.get("worst_error", {}).items():
             if worst[0] > self.worst_error.get(key, (0.0,))[0]:
                 self.worst_error[key] = tuple(worst)
+        self.interpreted = self.interpreted or bool(d.get("interpreted"))
+        self.interpreter = self.interpreter or d.get("interpreter", {})
+        for dtype, why in d.get("not_judged_why", {}).items():
+            self.not_judged_why.setdefault(dtype, why)
+        for k, names in d.get("outside_caps", {}).items():
+            self.outside_caps[k] += [n for n in names if n not in self.outside_caps[k]]
+        self.cannot_interpret = self.cannot_interpret or d.get("cannot_interpret", "")
 
     def compiling(self) -> "Compiling | None":
         """What the target spent compiling, when its calls say it compiles on first use: first calls
         at a new signature (N, dtypes, strides, eps) that take at least SLOW_FIRST_CALL_S and 10 times
-        the median later call, 3 of them or more, and at least a fifth of the first calls."""
-        if len(self.later_calls) < 3 or len(self.first_calls) < 3:
+        the median later call, 3 of them or more, and at least a fifth of the first calls. Never under
+        Triton's interpreter, which compiles nothing: its first calls at a new signature are slow for
+        their size (a row costs milliseconds), and the draw must not keep to signatures seen before."""
+        if self.interpreted or len(self.later_calls) < 3 or len(self.first_calls) < 3:
             return None
         typical = statistics.median(self.later_calls)
         slow = [(n, t) for n, t in self.first_calls if t >= SLOW_FIRST_CALL_S and t >= 10 * typical]
@@ -175,6 +197,17 @@ class Tally:
             return None
         return Compiling(seconds=sum(t - typical for _, t in slow), calls=len(slow),
                          lengths=len({n for n, _ in slow}), typical=typical)
+
+    def interpreted_line(self) -> str | None:
+        """What the calls cost under Triton's interpreter (interpreted, not compiled), or None."""
+        if not self.interpreted:
+            return None
+        every = [t for _, t in self.first_calls] + self.later_calls
+        if not every:
+            return "interpreted: no call timed (nothing compiled: Triton's interpreter runs each kernel's Python)"
+        return (f"interpreted: {len(every)} calls timed, median {statistics.median(every) * 1e3:.1f} ms a call, the "
+                f"slowest {max(every):.2f} s (nothing compiled: Triton's interpreter runs each kernel's Python, its "
+                "programs one after another)")
 
 
 SLOW_FIRST_CALL_S = 0.2  # a first call slower than this (and than 10 later calls) is taken for a compile

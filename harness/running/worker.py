@@ -199,6 +199,12 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         os.environ.clear()
         os.environ.update(env)
     faulthandler.enable()  # a crash prints the Python stack of where it happened
+    spec = TargetSpec.parse(spec)
+    # Triton code on the CPU runs under Triton's interpreter: set here, in the target's own process and
+    # before it is imported (triton.jit reads it when a kernel is decorated), never in the run's.
+    interpreted = spec.interpreted(device)
+    if interpreted:
+        os.environ["TRITON_INTERPRET"] = "1"
     import warnings
 
     # Warnings the target or torch raise while they are judged (gradcheck's, a compiler's) would land
@@ -222,7 +228,18 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     except BaseException as e:  # noqa: BLE001
         _tell(conn, {"status": "load_error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
         return
-    from harness.judging.contract import Contract, from_module
+    interp = None
+    probe: dict = {}
+    if interpreted:
+        from harness.running import interpreter as interp
+
+        t.interpreted = True
+        try:
+            interp.install()  # for the worker's life
+        except (ImportError, ValueError) as e:
+            _tell(conn, {"status": "load_error", "message": f"{type(e).__name__}: Triton's interpreter: {e}"})
+            return
+    from harness.judging.contract import Contract, from_env, from_module
 
     try:
         declared = from_module(t.module)
@@ -231,10 +248,15 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     except (TypeError, ValueError) as e:
         _tell(conn, {"status": "load_error", "message": f"{type(e).__name__}: the target's RMSNORM_CONTRACT: {e}"})
         return
+    if interp is not None:
+        probe = interp.probe(t, declared if from_env() is None else from_env().to_dict())
+        t.not_judged = dict(probe["not_judged"])
+        t.calls = []
     _tell(conn, {"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
                "contract": declared,
                "has_ops": t.has_ops, "device": str(t.device),
-               "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None})
+               "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None,
+               "interpreted": interpreted, "interpreter": probe})
     while True:
         try:
             req = conn.recv()
@@ -245,9 +267,15 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         law, case_d, kw = req
         case = Case.from_dict(case_d)
         t.calls = []
+        if interp is not None:
+            interp.SEEN.clear()
         try:
             facts = laws.run_law(t, law, case, **kw)
             reply = {"status": "pass", "facts": facts}
+        except tgt.NotJudged as e:
+            reply = {"status": "not_judged", "message": str(e), "facts": {"dtype": e.dtype}}
+        except tgt.CannotInterpret as e:
+            reply = {"status": "cannot_interpret", "message": str(e)}
         except tgt.Rejected as e:
             if t.strict:
                 reply = {"status": "fail", "message": f"{e}\n  (an input inside the contract was rejected; this "
@@ -269,6 +297,12 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
                                                        f"{str(e).strip().splitlines()[0]}\n  case: {case.short()}"}
             else:
                 reply = {"status": "error", "message": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        if interp is not None and interp.SEEN and reply["status"] in ("pass", "fail"):
+            # The kernel computed on bfloat16 values, which the interpreter does on their bits: whatever
+            # came out says nothing of the kernel. Not judged, and its bfloat16 calls are not made again.
+            why = interp.bfloat16_not_judged(interp.SEEN[0])
+            t.not_judged.setdefault("bfloat16", why)
+            reply = {"status": "not_judged", "message": why, "facts": {"dtype": "bfloat16"}}
         reply.setdefault("facts", {})["calls"] = t.calls  # how long each call into the target took
         if reply["status"] == "crash":
             # A CUDA error that was not sticky (an empty grid's launch error) leaves the context
@@ -299,7 +333,8 @@ class HarnessError(RuntimeError):
 
 @dataclass
 class Verdict:
-    status: str  # pass | rejected | fail | crash | hang | not_applicable | no_room | cut_short
+    status: str  # pass | rejected | fail | crash | hang | not_applicable | no_room | cut_short | not_judged
+    #              | cannot_interpret (Triton's interpreter: harness.judging.target.NotJudged, CannotInterpret)
     message: str = ""
     facts: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -433,6 +468,11 @@ class Runner:
         if self._proc is None:
             self.start()
         limit = timeout_s or self.timeout_s
+        if not timeout_s and self.info.get("interpreted") and "RMSNORM_CASE_TIMEOUT" not in os.environ:
+            # Under Triton's interpreter a call costs what the worker measured, not the compiled speed.
+            from harness.running.interpreter import case_limit
+
+            limit = case_limit((self.info.get("interpreter") or {}).get("speed"), case.rows, case.n, limit)
         cut = deadline is not None and deadline - time.time() < limit
         if cut:
             limit = max(deadline - time.time(), 0.0)

@@ -6,6 +6,7 @@ properties/test_*.py groups their tests:
   memory      inputs untouched, every output written, outputs kept between calls, calls after
               calls at neighbouring signatures
   errors      bad inputs raise cleanly
+  offsets     rows past 2^31 elements from x's first, on the CPU (64-bit row offsets)
   cuda        past 2^31 elements, the current stream, CUDA graphs
   operators   this project's operators: opcheck, torch.compile
   variants    the RMSNorms people ship beside the card's (a fused add, (1 + w), no weight), and the law of
@@ -22,7 +23,7 @@ from __future__ import annotations
 from harness.judging.cases import Case
 from harness.judging.target import NotApplicable, Target
 from harness.judging.laws.registry import LAWS, Law, law  # noqa: F401
-from harness.judging.laws import (cuda, errors, invariance, memory, numerics, operators,  # noqa: F401,E402
+from harness.judging.laws import (cuda, errors, invariance, memory, numerics, offsets, operators,  # noqa: F401,E402
                                   variants)  # each registers its laws
 
 

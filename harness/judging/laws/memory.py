@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from harness.judging.cases import DTYPES, Case, layout_possible, materialize
-from harness.judging.target import LawFailure, Rejected, Target
+from harness.judging.target import LawFailure, NotJudged, Rejected, Target
 from harness.judging.laws.common import (POISON_FINITE, POISON_NAN, _bits, _fail, _same_bits, _untouched, backward_checked, forward_checked, inv_for_backward)
 from harness.judging.laws.registry import law
 from harness.judging.contract import of_target
@@ -213,8 +213,10 @@ def after_neighbours(target: Target, case: Case):
         try:
             _judged(target, case, materialize(other, target.device), other.eps, f"[call {len(before) + 1}, at {what}] ",
                     after=bool(before))
-        except Rejected:
-            continue  # a neighbour the target refuses leaves nothing behind; the other laws judge refusals
+        except (Rejected, NotJudged):
+            # A neighbour the target refuses leaves nothing behind; the other laws judge refusals. One in a
+            # dtype that cannot be judged where it runs (the interpreter's bfloat16) is not made.
+            continue
         before.append(what)
     label = f"[the case, after calls at {', '.join(before)}] " if before else "[the case] "
     facts = _judged(target, case, materialize(case, target.device), case.eps, label, after=bool(before))

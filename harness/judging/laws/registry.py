@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from harness.judging.caps import past_caps
 from harness.judging.target import Target
 
 LAWS: dict[str, "Law"] = {}
@@ -43,7 +44,8 @@ FORMS = ("card", "variant", "any")  # the call forms a law judges (harness.judgi
 
 
 class Law:
-    def __init__(self, fn, *, backward=False, ops=False, cuda=False, optional=False, form="card", when=None):
+    def __init__(self, fn, *, backward=False, ops=False, cuda=False, optional=False, form="card", when=None,
+                 cpu=False):
         if form not in FORMS:
             raise ValueError(f"law {fn.__name__}: expected form from {FORMS}, but got {form!r}")
         self.fn = fn
@@ -51,17 +53,25 @@ class Law:
         self.needs_backward = backward
         self.needs_ops = ops
         self.needs_cuda = cuda
+        self.needs_cpu = cpu  # the CPU lane's (a GPU lane has a law of its own for what it judges)
         self.optional = optional
         self.form = form  # card: the card's forward/backward; variant: a variant's call form; any: either
         self.when = when  # variant -> why the law does not apply to it, or None (a variant law's own condition)
         self.doc = (fn.__doc__ or "").strip().splitlines()[0]
 
-    def applicable(self, target: Target) -> str | None:
-        """None when the law applies; otherwise why not."""
+    def applicable(self, target: Target, drawn: str | None = None) -> str | None:
+        """None when the law applies; otherwise why not. drawn: the strategy its cases come from, where
+        the law has several (forward_matches_reference_tall: the tall cases of forward_matches_reference)."""
         if self.optional and self.name not in required(getattr(target, "spec", None)):
             return f"not required of this target (--require {self.name.replace('_', '-')} holds it to it)"
+        if getattr(target, "interpreted", False):  # Triton's interpreter: cases past its caps are not run
+            why = past_caps(drawn or self.name)
+            if why:
+                return why
         if self.needs_cuda and not target.is_cuda:
             return "needs a CUDA device (CPU lane)"
+        if self.needs_cpu and target.is_cuda:
+            return "the CPU lane's (on a GPU, beyond_2_31_elements judges offsets past 2^31 with whole tensors)"
         if self.needs_ops and not target.has_ops:
             return "needs this project's torch.ops.rmsnorm operators"
         variant = getattr(target, "variant", None)
