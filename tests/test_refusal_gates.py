@@ -46,9 +46,9 @@ def test_a_refused_dtype_pair_passes_with_the_contract_it_comes_to(tmp_path):
 
 @pytest.mark.parametrize("declared, not_applicable", [
     (["--layouts", "contiguous", "--weight-layouts", "contiguous"],
-     "strided_equals_contiguous: not applicable: the contract's layouts are all contiguous"),
+     "test_strided_equals_contiguous (not applicable: the contract's layouts are all contiguous"),
     (["--dtypes", "float32", "--layouts", "contiguous", "--weight-layouts", "contiguous", "--no-zero-rows"],
-     "strided_equals_contiguous: not applicable: the contract's layouts are all contiguous"),
+     "test_strided_equals_contiguous (not applicable: the contract's layouts are all contiguous"),
 ])
 def test_a_correct_kernel_declared_narrow_passes_and_names_what_is_not_applicable(tmp_path, declared, not_applicable):
     code, out = gate("--target", "module:tests.targets.contiguous_only", *declared, "--corpus", str(tmp_path), "--",
