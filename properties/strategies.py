@@ -175,7 +175,9 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
     bulk = {1: bool(bulk_kind), 2: "long" if bulk_kind == "long" else False}.get(seed % 3, False)
     shape = draw(shapes(**shape_kw, rare=seed % 25 == 7, zero=seed % 20 == 3 and c.zero_rows, bulk=bulk,
                         tail=_tail(seed)))
-    dtype = draw(st.sampled_from(dtypes))
+    # The dtype turned by the seed as well: Hypothesis copies a choice from one example into the next, and
+    # a dtype drawn on its own came out float64 in none of 46 derandomized cases of a law.
+    dtype = dtypes[(draw(st.integers(0, len(dtypes) - 1)) + seed) % len(dtypes)]
     cap = c.max_n_for(dtype) // c.n_multiple_of * c.n_multiple_of
     if shape[-1] > cap:  # a row longer than max_row_bytes allows in this dtype: the longest it allows
         shape = shape[:-1] + (cap,)

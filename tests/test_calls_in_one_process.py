@@ -76,7 +76,8 @@ def test_a_failure_that_needs_earlier_calls_is_run_alone_and_says_so(tmp_path):
     assert code == 1, out
     assert "alone, in a fresh process of the target, this case passes: the failure needs calls made before it" in out
     saved = [json.loads(p.read_text()) for p in (tmp_path / "corpus").rglob("forward_matches_reference-*.json")]
-    assert len(saved) == 1 and "this case passes: the failure needs calls made before it" in saved[0]["error"], saved
+    # forward_matches_reference's own cases and its tall ones (-k selects both) may each save one
+    assert saved and all("this case passes: the failure needs calls made before it" in s["error"] for s in saved), saved
     failures = json.loads((tmp_path / "report.json").read_text())["tally"]["failures"]
     assert [f.get("alone") for f in failures] == ["pass"], failures
     code, out = run(["-m", "harness", "replay", next((tmp_path / "corpus").rglob("forward_matches_reference-*.json"))

@@ -54,9 +54,11 @@ CLASSES_HELP = ("a refusal is allowed only for a whole class of inputs: a dtype,
 
 
 def cause_of(message: str) -> str:
-    """A refusal's message with numbers blanked, so refusals of one kind group together."""
+    """A refusal's message with numbers blanked, and runs of them (a shape, strides) made one, so refusals
+    of one kind group together: "strides [1, 1, 0, 1]" and "strides [2]" are one cause, "strides [N]"."""
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
-    return re.sub(r"(?<![A-Za-z_\d])\d+(\.\d+)?(e[+-]?\d+)?", "N", first)[:200]
+    blanked = re.sub(r"(?<![A-Za-z_\d])-?\d+(\.\d+)?(e[+-]?\d+)?", "N", first)
+    return re.sub(r"N(?:\s*(?:,|×| x )\s*N)+", "N", blanked)[:200]
 
 
 def call_of(message: str) -> str:

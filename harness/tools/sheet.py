@@ -44,6 +44,7 @@ from pathlib import Path
 from harness.judging.laws.registry import required
 from harness.running.worker import SHARERS_ENV
 from harness.running.gpus import default_processes
+from harness.running.spec import TargetSpec
 import torch
 
 DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -180,7 +181,7 @@ def accuracy(report: dict) -> dict:
 
 
 def gate_row(report: dict, code: int, profile: str, seconds: float, spec: str) -> dict:
-    held = required(spec)  # the optional laws this target is held to by default
+    held = required(TargetSpec.parse(spec))  # the optional laws this target is held to by default
     optional = {"deterministic", "batch_invariant"}
     failed = sorted({f["law"] for f in report["tally"].get("failures", []) if f["law"] not in optional - held})
     if failed:
