@@ -120,9 +120,13 @@ def test_a_kernel_the_interpreter_cannot_run_is_not_judged(tmp_path):
     assert "PASSED" not in out and "FAILED" not in out, out[-4000:]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
-                    reason="liger-kernel is not installed (CI does not install it): peer:liger under the interpreter "
-                           "is not run")
+# liger-kernel is pinned in requirements.txt: CI judges it, and a run without it says so.
+needs_liger = pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
+                                 reason="liger-kernel is not installed (requirements.txt pins it): peer:liger under "
+                                        "the interpreter is not run")
+
+
+@needs_liger
 def test_liger_is_judged_under_the_interpreter_and_its_bfloat16_is_not(tmp_path):
     """Liger-Kernel 0.8.5 runs with the shims; it computes in bfloat16 (a product of two bfloat16 values), which the
     interpreter does on raw bits: bfloat16 is not judged, float32 and float16 are."""
@@ -132,6 +136,16 @@ def test_liger_is_judged_under_the_interpreter_and_its_bfloat16_is_not(tmp_path)
     assert "NOT JUDGED under the interpreter: bfloat16, drawn no more in this run" in out, out[-4000:]
     assert "rmsnorm gate PASSED (not judged under the interpreter: bfloat16): lane CPU (Triton interpreter)" in out, \
         out[-4000:]
+
+
+@needs_liger
+def test_liger_in_place_fails_under_the_interpreter_as_it_must(tmp_path):
+    """Liger's in-place backward stores grad_x in grad_out's memory: under the interpreter too, the gate names it."""
+    code, out = gate("--target", "peer:liger-inplace", "--dtypes", "float32", "--corpus", str(tmp_path), "--profile",
+                     "dev", "--", "-k", "test_backward_matches_reference and not large and not tall")
+    assert code == 1, out[-4000:]
+    assert "lane CPU (Triton interpreter)" in out, out[-4000:]
+    assert "in place" in out and "grad_out" in out, out[-4000:]
 
 
 def test_what_is_triton_code_is_read_not_imported():
