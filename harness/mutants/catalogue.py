@@ -226,7 +226,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            (Edit(DEV, "    entry.wait_once();  // every peer has entered: its shared memory may be written\n", ""),),
            by_suite=False,
            unjudged="racecheck saw it while the totals went by plain stores into the peers' shared memory "
-                    "(caught at cba0e81); they go by st.async since d2a30c7, which racecheck does not check: it "
+                    "(caught then); they now go by st.async, which racecheck does not check: it "
                     "came out clean on the H200 on the cluster path cases (6, 7), and the outputs need not show it"),
     Mutant("fast_int32_row_offsets", "cuda", "32-bit row offsets that overflow past 2^31 elements (fast path)",
            (Edit(ROWS, "const T* xr = x + row * x_row_stride;\n    V xv[kVpt];",

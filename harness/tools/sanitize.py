@@ -59,23 +59,23 @@ PATHS = (
     # Split, both directions (rows past 65,536 vectors forward): the backward in two units of 32 and 8
     # rows; the last slice and strip have one vector and one column (65537 vectors). (float32 at 16385
     # vectors, whose forward is a staged cluster of 16, crashed synccheck alone with an illegal address
-    # at e9b0d20 in 40 rows; see the README. This case, 32769 vectors until the forward split past 65,536,
+    # in 40 rows, in an earlier kernel. This case, 32769 vectors until the forward split past 65,536,
     # would now be such a forward.)
     ("bfloat16", "float32", 40, 65537, "contiguous"),
     # Backward: a staged cluster of 2 whose second CTA holds one vector (a register cluster of 4 from
-    # c0098a7's thresholds to the bulk-copy backward's); 140 rows. Forward: staged, a cluster of 2 as uneven.
+    # the register thresholds to the bulk-copy backward's); 140 rows. Forward: staged, a cluster of 2 as uneven.
     ("bfloat16", "float32", 140, 2049, "contiguous"),
     # Backward: staged 2-byte elements (grad_weight's sums and the weight in registers), a cluster of 4
     # whose third CTA holds one vector and whose fourth none; 30 units of 2 or 3 rows, so the stages take
     # turns. Forward: staged, a cluster of 4 as uneven.
     ("bfloat16", "float32", 70, 4097, "contiguous"),
-    # Backward: staged in one CTA (bfloat16 N = 16,384; a register cluster of 2 from c0098a7's thresholds
+    # Backward: staged in one CTA (bfloat16 N = 16,384; a register cluster of 2 from the register thresholds
     # to the bulk-copy backward's), 3 rows.
     ("bfloat16", "bfloat16", 3, 2048, "contiguous"),
     # Backward: staged 4-byte elements (grad_weight's sums in registers, in shared memory until the register
     # row; the weight loaded with each row), a cluster of 16 (float32 N = 131,072). Forward: staged, a
     # cluster of 16. One row: with two, the laws' own float64 reductions (torch's reduce_kernel, two outputs
-    # split over CTAs) drew 23 racecheck errors on the H200 at fe69c28, none of them in this project's kernels.
+    # split over CTAs) drew 23 racecheck errors on the H200, none of them in this project's kernels.
     ("float32", "float32", 1, 32768, "contiguous"),
     # Backward: a register cluster of 2 (float32 N = 8,192), 3 rows. Forward: 512 threads a row.
     ("float32", "float32", 3, 2048, "contiguous"),

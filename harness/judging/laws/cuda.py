@@ -49,7 +49,7 @@ def _gpu_memory_turn(dev: torch.device):
 # What a case past 2^31 elements leaves free on its GPU for the other processes there: the other judges
 # of `pytest -n` or of mutate, compute-sanitizer's runs beside a lane's mutate step. Without it the case
 # took what it found free, and a sanitizer run beside it died of an out-of-memory error in its own small
-# tensors (the kernel lane on an 80 GB H100 at 89080b8: synccheck reported no error and did not finish).
+# tensors (a kernel lane on an 80 GB H100: synccheck reported no error and did not finish).
 LEFT_FOR_OTHERS = 8 << 30
 
 
