@@ -45,7 +45,7 @@ def test_compiled_passes_the_numeric_laws(tmp_path):
 
 def test_float64_computed_in_float32_is_named(tmp_path):
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "peer:hf-float64", "--corpus",
-                     str(tmp_path), "--", "-k", "test_forward_matches_reference"])
+                     str(tmp_path), "--", "-k", "test_forward_matches_reference and not large and not tall"])
     assert code == 1, out[-4000:]
     assert "the float64 input appears to be computed at float32 precision" in out, out[-4000:]
 
