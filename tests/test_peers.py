@@ -36,9 +36,11 @@ def test_panel_member_passes_the_laws_of_its_declaration(peer, laws, tmp_path):
 def test_compiled_passes_the_numeric_laws(tmp_path):
     """torch.compile compiles afresh for every new dtype and layout (about 8 minutes for the
     whole gate on the 2-core CI machine): CI holds it to the laws that compare forward and backward
-    with float64 (autograd_grad_out, whose grad_outs are the law's own, is held of the eager peers)."""
+    with float64, at the sizes of the ordinary draw (autograd_grad_out, whose grad_outs are the law's own, and
+    the large and tall sizes, each a compile of its own, are held of the eager peers)."""
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "peer:compiled", "--corpus",
-                     str(tmp_path), "--", "-k", "forward_matches_reference or backward_matches_reference"])
+                     str(tmp_path), "--", "-k", "(forward_matches_reference or backward_matches_reference) and not large "
+                     "and not tall"])
     assert code == 0, out[-4000:]
     assert "passed" in out and "rmsnorm gate PASSED" in out
 
