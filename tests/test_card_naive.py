@@ -7,7 +7,8 @@ from tests._run import pytest_run, run
 
 
 def test_the_suite_catches_the_card_kernel(tmp_path):
-    code, out = pytest_run("properties/test_forward.py", "properties/test_laws.py::test_strided_equals_contiguous",
+    code, out = pytest_run("properties/test_forward.py::test_forward_matches_reference",
+                           "properties/test_laws.py::test_strided_equals_contiguous",
                            "--rmsnorm-target", "examples/card_naive", "--rmsnorm-corpus", str(tmp_path),
                            "--hypothesis-profile=ci")
     assert code == 1, out

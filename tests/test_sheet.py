@@ -47,6 +47,7 @@ def test_the_sheet_tells_the_batch_variant_target_from_the_invariant_ones(sheet)
         assert c["outputs kept"]["ok"] is True, (c["target"], c["outputs kept"])
         assert c["> 2^31 elements"]["ok"] is None and "CUDA" in c["> 2^31 elements"]["text"], c["target"]
     assert cols["project"]["dtypes"]["text"] == "float32, float16, bfloat16, float64"
+    assert cols["peer:hf"]["gate"]["ok"] is True, cols["peer:hf"]["gate"]  # the panel member passes its gate
     assert cols["peer:hf"]["dtypes"]["text"] == "float32, float16, bfloat16; outside its declared contract: float64"
     assert cols["project"]["zero rows"]["ok"] is True and cols["project"]["float32 weight, 16-bit x"]["ok"] is True
     acc = cols["project"]["accuracy"]

@@ -99,7 +99,8 @@ def test_a_wrong_answer_is_shrunk_saved_and_replayed(tmp_path):
 
 
 def test_the_suite_never_alarms_on_correct_peers(tmp_path):
-    for target in ("module:tests.targets.correct_torch", "module:tests.targets.torch_native"):
+    # F.rms_norm (tests.targets.torch_native's forward) is judged whole as peer:native in tests/test_peers.py.
+    for target in ("module:tests.targets.correct_torch",):
         code, out = pytest_run("properties", "--rmsnorm-target", target, "--rmsnorm-corpus", str(tmp_path),
                                "--hypothesis-profile=ci")
         assert code == 0, out
