@@ -87,12 +87,7 @@ def _check_fused(x, weight, eps, residual, weight_offset) -> None:
         if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
             raise ValueError(f"rmsnorm: expected weight of shape [{x.shape[-1]}] (the last dimension of x), but got "
                              f"weight of shape {list(weight.shape)}")
-        if weight.dtype not in (x.dtype, torch.float32):
-            raise TypeError(f"rmsnorm: expected weight of dtype {_name(x.dtype)} (the dtype of x) or float32, but got "
-                            f"{_name(weight.dtype)}")
-        if weight.device != x.device:
-            raise ValueError(f"rmsnorm: expected weight on {x.device} (the device of x), but got weight on "
-                             f"{weight.device}")
+        _check_beside_x("weight", weight, x)
     if not (eps >= 0 and eps < float("inf")):
         raise ValueError(f"rmsnorm: expected eps to be finite and >= 0, but got {eps!r}")
     if residual is None:
@@ -102,12 +97,16 @@ def _check_fused(x, weight, eps, residual, weight_offset) -> None:
     if residual.shape != x.shape:
         raise ValueError(f"rmsnorm: expected residual of shape {list(x.shape)} (the shape of x), but got residual of "
                          f"shape {list(residual.shape)}")
-    if residual.dtype not in (x.dtype, torch.float32):
-        raise TypeError(f"rmsnorm: expected residual of dtype {_name(x.dtype)} (the dtype of x) or float32, but got "
-                        f"{_name(residual.dtype)}")
-    if residual.device != x.device:
-        raise ValueError(f"rmsnorm: expected residual on {x.device} (the device of x), but got residual on "
-                         f"{residual.device}")
+    _check_beside_x("residual", residual, x)
+
+
+def _check_beside_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """t (the weight or the residual) of x's dtype or float32, on x's device."""
+    if t.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"rmsnorm: expected {name} of dtype {_name(x.dtype)} (the dtype of x) or float32, but got "
+                        f"{_name(t.dtype)}")
+    if t.device != x.device:
+        raise ValueError(f"rmsnorm: expected {name} on {x.device} (the device of x), but got {name} on {t.device}")
 
 
 def _byte_extent(t: torch.Tensor) -> tuple[int, int]:
