@@ -1,6 +1,8 @@
 """compute-sanitizer's output is summarised by its count of errors (the tool itself runs only on
 the GPU lane: `python3 -m harness sanitize`)."""
 
+import pytest
+
 from harness.tools.sanitize import summary_line, tool_verdict
 
 
@@ -27,3 +29,30 @@ def test_a_tool_whose_run_died_did_not_finish_and_is_not_shown_as_errors():
     # What the tool found (its --error-exitcode), and a clean run.
     assert tool_verdict(99, ["========= ERROR SUMMARY: 22 errors"]) == "ERRORS"
     assert tool_verdict(0, ["========= ERROR SUMMARY: 0 errors"]) == "clean"
+
+
+def test_a_case_that_ran_out_of_memory_beside_others_runs_again_until_the_wait_is_spent():
+    from harness.tools.sanitize import run_waiting
+
+    slept = []
+    calls = []
+
+    def twice_out_of_memory():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("CUDA error: out of memory")
+
+    assert run_waiting(twice_out_of_memory, "case", wait_s=60, step_s=5, sleep=slept.append) == 2
+    assert len(calls) == 3 and slept == [5, 5]
+
+    def always():
+        raise RuntimeError("CUDA error: out of memory")
+
+    slept.clear()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run_waiting(always, "case", wait_s=12, step_s=5, sleep=slept.append)
+    assert slept == [5, 5]
+    # Any other error is the case's own: raised at once.
+    with pytest.raises(ValueError):
+        run_waiting(lambda: (_ for _ in ()).throw(ValueError("bad")), "case", sleep=slept.append)
+    assert slept == [5, 5]

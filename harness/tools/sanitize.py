@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+import torch
+
 from harness.judging.cases import DTYPES, Case, layout_possible
 from harness.judging import laws
 from harness.judging.target import Crashed, LawFailure, Rejected
@@ -118,22 +120,58 @@ def parse_paths(text: str | None) -> tuple[int, ...]:
     return idx
 
 
+# How long a path case waits, in all, for GPU memory that other processes hold. The kernel lane runs the
+# tools beside mutate, whose judges take a case past 2^31 elements (up to about 40 GiB) in turns; with
+# PyTorch's caching allocator off every tensor is a cudaMalloc, and on an 80 GB card one of them met the
+# memory taken (initcheck died in the laws' float64 reference). Such a case is run again once the memory
+# is back; the sanitizer's findings stand, since an allocation that failed ran no kernel.
+OOM_WAIT_S = 180.0
+OOM_STEP_S = 5.0
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """An allocation refused for want of GPU memory, whoever raised it: torch's OutOfMemoryError, the
+    CUDA error of an uncached cudaMalloc, or a target's refusal or crash that carries either."""
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def run_waiting(run, what: str, wait_s: float = OOM_WAIT_S, step_s: float = OOM_STEP_S, sleep=time.sleep):
+    """run(), again after step_s while it runs out of GPU memory, until wait_s have passed; then the last
+    out-of-memory error is raised. Returns how many times it waited."""
+    waited = 0.0
+    tries = 0
+    while True:
+        try:
+            run()
+            return tries
+        except Exception as e:
+            if not out_of_memory(e) or waited + step_s > wait_s:
+                raise
+            tries += 1
+            print(f"sanitize sample: {what}: out of GPU memory ({str(e).strip().splitlines()[0][:160]}); "
+                  f"run again in {step_s:.0f} s ({waited:.0f} s waited)", flush=True)
+            sleep(step_s)
+            waited += step_s
+
+
 def inner(spec: TargetSpec, count: int | None, paths: tuple[int, ...] = ()) -> int:
     t = load(spec, "cuda", strict=False)
     bad = 0
+    waits = 0
     cases = sample(count, paths=paths)
     for case in cases:
         for law in ("forward_matches_reference", "backward_matches_reference"):
             if law.startswith("backward") and not t.has_backward:
                 continue
             try:
-                laws.run_law(t, law, case)
+                waits += run_waiting(lambda: laws.run_law(t, law, case), f"{law} on {case.short()}")
             except Rejected:
                 pass
             except (LawFailure, Crashed) as e:
                 bad += 1
                 print(f"sanitize sample: {law} failed: {str(e).splitlines()[0]}", flush=True)
-    print(f"sanitize sample: {len(cases)} path cases run, {bad} law failure(s) (the gate judges those)",
+    waited = f"; {waits} run(s) again after running out of GPU memory beside other processes" if waits else ""
+    print(f"sanitize sample: {len(cases)} path cases run, {bad} law failure(s) (the gate judges those){waited}",
           flush=True)
     return 0
 
@@ -188,7 +226,7 @@ def main(spec: TargetSpec, tools: list[str], count: int | None, paths: tuple[int
 
 def tool_verdict(returncode: int, tail: list[str]) -> str:
     """'clean'; 'ERRORS' where the tool reported some (its --error-exitcode, 99); otherwise the run did not
-    finish, and the last exception line its output holds says why (at 89080b8 synccheck's run died of an
+    finish, and the last exception line its output holds says why (a synccheck run once died of an
     out-of-memory error in the harness's own tensors, beside a mutate step, and was shown as ERRORS with
     its summary reading 0 errors). Either way the tool is not clean."""
     if returncode == 0:
