@@ -14,7 +14,7 @@ from harness.judging.cases import Case
 from harness.judging.laws.cuda import no_room
 from harness.running.spec import TargetSpec
 from harness.running.tally import Tally
-from harness.judging.target import NoRoom, Rejected
+from harness.judging.target import LawFailure, NoRoom, Rejected
 from harness.running.worker import Verdict
 
 BIG = Case(shape=(32768, 65537), dtype="bfloat16", weight_dtype="bfloat16", eps=1e-6, layout="contiguous",
@@ -23,16 +23,16 @@ BIG = Case(shape=(32768, 65537), dtype="bfloat16", weight_dtype="bfloat16", eps=
 
 def test_running_out_of_gpu_memory_past_2_31_elements_is_no_room_and_nothing_else_is():
     got = no_room(Rejected("backward raised OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"),
-                  6 << 30, BIG)
+                  6 << 30, BIG, 8 << 30)
     assert isinstance(got, NoRoom), got
     assert "Tried to allocate 8.00 GiB" in str(got) and "6.0 GiB free before the case" in str(got), got
     assert "4.0 GiB each" in str(got), got  # 32768 x 65537 bfloat16
-    got = no_room(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), 3 << 30, BIG)
+    got = no_room(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), 3 << 30, BIG, 8 << 30)
     assert isinstance(got, NoRoom) and "3.0 GiB free" in str(got), got
     # A refusal for any other reason stays a refusal (a contract fails it), and a wrong answer is no memory matter.
     assert no_room(Rejected("forward raised RuntimeError: M should be less than maximum CUDA grid size"),
-                   6 << 30, BIG) is None
-    assert no_room(AssertionError("y[3] differs"), 6 << 30, BIG) is None
+                   6 << 30, BIG, 8 << 30) is None
+    assert no_room(AssertionError("y[3] differs"), 6 << 30, BIG, 8 << 30) is None
 
 
 class _Runner:
@@ -92,7 +92,7 @@ def test_a_case_the_law_finds_too_big_is_not_a_harness_error(monkeypatch):
 def test_a_big_case_leaves_memory_for_the_other_processes_on_its_gpu(monkeypatch):
     """The kernel lane on an 80 GB H100: a case past 2^31 elements in one of mutate's judges took what it
     found free, and compute-sanitizer's synccheck run beside it died of an out-of-memory error in its own
-    small tensors. The case now needs room beyond what it leaves the others (LEFT_FOR_OTHERS), and its
+    small tensors. The case now needs room beyond what it leaves the others (a quarter of the card), and its
     process may not allocate into that while it runs."""
     from harness.judging.laws import cuda
 
@@ -118,20 +118,20 @@ def test_a_big_case_leaves_memory_for_the_other_processes_on_its_gpu(monkeypatch
                         lambda dev=None: _get_device_index(dev) * 0 + caps[-1], raising=False)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
     monkeypatch.setattr(cuda, "_beyond_2_31_elements", lambda target, case: seen.append(caps[-1]) or {})
-    # 20 GiB free: enough for the case's 17 GiB alone, not with 8 GiB left for the others.
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (20 << 30, 80 << 30))
-    with pytest.raises(NoRoom, match=r"17\.0 GiB of free GPU memory, 20\.0 GiB free, of which 8 GiB is left"):
+    # 30 GiB free: enough for the case's 17 GiB alone, not with 20 GiB (a quarter of 80) left for the others.
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (30 << 30, 80 << 30))
+    with pytest.raises(NoRoom, match=r"17\.0 GiB of free GPU memory, 30\.0 GiB free, of which 20 GiB is left"):
         cuda.beyond_2_31_elements(_Target(), BIG)
     assert seen == [] and caps == [0.9]
-    # 40 GiB free: the case runs with its process held to what it holds (2 GiB) plus 40 - 8 GiB, then let go.
+    # 40 GiB free: the case runs with its process held to what it holds (2 GiB) plus 40 - 20 GiB, then let go.
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (40 << 30, 80 << 30))
     assert cuda.beyond_2_31_elements(_Target(), BIG) == {}
-    assert seen == [pytest.approx(34 / 80)] and caps[-1] == 0.9, (seen, caps)
+    assert seen == [pytest.approx(22 / 80)] and caps[-1] == 0.9, (seen, caps)
     # An out-of-memory error under that cap is this law's NoRoom, and the cap is let go all the same.
     def too_big(target, case):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
     monkeypatch.setattr(cuda, "_beyond_2_31_elements", too_big)
-    with pytest.raises(NoRoom, match=r"Tried to allocate 8\.00 GiB \(40\.0 GiB free before the case, 8 GiB of it left"):
+    with pytest.raises(NoRoom, match=r"Tried to allocate 8\.00 GiB \(40\.0 GiB free before the case, 20 GiB of it left"):
         cuda.beyond_2_31_elements(_Target(), BIG)
     assert caps[-1] == 0.9
 
@@ -145,3 +145,59 @@ def test_a_survivor_whose_suite_stopped_at_a_case_too_big_says_so(tmp_path):
     (tmp_path / "tally-3-4.json").write_text(json.dumps(Tally().to_json()))
     assert sorted(Tally.read(tmp_path).no_room) == ["beyond_2_31_elements"]  # as mutate reads a judge's tallies
     assert Tally.read(tmp_path / "none").no_room == {}
+
+
+def test_short_of_memory_is_the_machine_state_unless_the_card_could_never_hold_it():
+    from harness.judging.target import Crashed, short_of_memory
+
+    card = 80 << 30
+    assert short_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), card)
+    assert short_of_memory(RuntimeError("CUDA error: out of memory"), card)
+    assert short_of_memory(Crashed("a CUDA error surfaced after the target ran: CUDA error: out of memory"), card)
+    assert short_of_memory(RuntimeError("CUDA error: CUDA-capable device(s) is/are busy or unavailable"), card)
+    assert short_of_memory(Rejected("forward raised OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                    "512.00 MiB"), card)
+    # Asking for more than the whole card is the target's own fault (a size computed wrong).
+    assert not short_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB"), card)
+    assert not short_of_memory(LawFailure("y[3] differs"), card)
+    assert not short_of_memory(KeyboardInterrupt(), card)
+
+
+def test_a_case_short_of_gpu_memory_runs_again_then_is_not_run_never_failed(monkeypatch):
+    from harness.judging import laws, target as tgt
+    from harness.running import worker
+
+    class _T:
+        is_cuda = True
+        device = torch.device("cuda", 0)
+
+    class _Props:
+        total_memory = 80 << 30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev=None: _Props())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    outcomes = [RuntimeError("CUDA error: out of memory"), tgt.Crashed("CUDA error: out of memory"), {"ok": 1}]
+
+    def run_law(t, law, case, **kw):
+        o = outcomes.pop(0)
+        if isinstance(o, BaseException):
+            raise o
+        return o
+
+    monkeypatch.setattr(laws, "run_law", run_law)
+    slept = []
+    assert worker._run_law(_T(), "forward_matches_reference", BIG, {}, sleep=slept.append) == {"ok": 1}
+    assert slept == [worker.MEMORY_STEP_S] * 2
+    # Short of memory all along: not run on this GPU, after the wait.
+    monkeypatch.setattr(laws, "run_law", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA error: out of memory")))
+    slept.clear()
+    with pytest.raises(NoRoom, match=r"still after waiting \d+ s for other processes"):
+        worker._run_law(_T(), "forward_matches_reference", BIG, {}, sleep=slept.append)
+    assert sum(slept) <= worker.MEMORY_WAIT_S and slept
+    # Anything else is the law's own outcome, at once.
+    monkeypatch.setattr(laws, "run_law", lambda *a, **k: (_ for _ in ()).throw(LawFailure("y[3] differs")))
+    slept.clear()
+    with pytest.raises(LawFailure):
+        worker._run_law(_T(), "forward_matches_reference", BIG, {}, sleep=slept.append)
+    assert slept == []

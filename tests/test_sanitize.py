@@ -56,3 +56,19 @@ def test_a_case_that_ran_out_of_memory_beside_others_runs_again_until_the_wait_i
     with pytest.raises(ValueError):
         run_waiting(lambda: (_ for _ in ()).throw(ValueError("bad")), "case", sleep=slept.append)
     assert slept == [5, 5]
+
+
+def test_allocations_refused_beside_other_processes_are_not_the_programs_errors():
+    from harness.tools.sanitize import refused_allocations
+
+    refused = ['========= Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to '
+               'cudaMalloc.', "=========     Host Frame: at::native::empty_cuda(...)"] * 2
+    ran_again = "sanitize sample: 22 path cases run, 0 law failure(s) (the gate judges those); 2 run(s) again after " \
+                "running out of GPU memory beside other processes"
+    tail = refused + [ran_again, "========= ERROR SUMMARY: 2 errors"]
+    assert refused_allocations(tail) == 2 and tool_verdict(99, tail) == "clean"
+    # An error of another kind beside them, or no word that the cases ran again: the tool's errors stand.
+    other = refused + ["========= Invalid __global__ read of size 4 bytes", ran_again, "========= ERROR SUMMARY: 3 errors"]
+    assert refused_allocations(other) == 0 and tool_verdict(99, other) == "ERRORS"
+    silent = refused + ["========= ERROR SUMMARY: 2 errors"]
+    assert tool_verdict(99, silent) == "ERRORS"

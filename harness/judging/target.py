@@ -77,6 +77,26 @@ _CUDA_ERROR = re.compile(
 )
 
 
+_SHORT_OF_MEMORY = re.compile(r"out of memory|cudaErrorMemoryAllocation|"
+                              r"CUDA-capable device\(s\) is/are busy or unavailable", re.I)
+_TRIED = re.compile(r"Tried to allocate ([0-9.]+) (GiB|MiB|KiB|B)\b")
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
+
+
+def short_of_memory(e: BaseException, total: int) -> bool:
+    """Whether e says the GPU had too little free memory when the case ran, memory that other processes
+    on it may hold: torch's OutOfMemoryError, an uncached allocation's CUDA error, a context that could not
+    be made, or a refusal or crash of the target that carries one. Not an allocation larger than the whole
+    card (total bytes): no wait makes room for that, and asking for it is the target's fault."""
+    if isinstance(e, (KeyboardInterrupt, SystemExit)):
+        return False
+    text = str(e)
+    if not isinstance(e, torch.cuda.OutOfMemoryError) and not _SHORT_OF_MEMORY.search(text):
+        return False
+    tried = _TRIED.search(text)
+    return tried is None or float(tried.group(1)) * _UNITS[tried.group(2)] <= total
+
+
 @dataclass
 class Target:
     module: ModuleType

@@ -19,11 +19,9 @@ import subprocess
 import sys
 import time
 
-import torch
-
 from harness.judging.cases import DTYPES, Case, layout_possible
 from harness.judging import laws
-from harness.judging.target import Crashed, LawFailure, Rejected
+from harness.judging.target import Crashed, LawFailure, Rejected, short_of_memory
 from harness.running.loading import load
 from harness.running.spec import TargetSpec
 
@@ -130,9 +128,9 @@ OOM_STEP_S = 5.0
 
 
 def out_of_memory(e: BaseException) -> bool:
-    """An allocation refused for want of GPU memory, whoever raised it: torch's OutOfMemoryError, the
-    CUDA error of an uncached cudaMalloc, or a target's refusal or crash that carries either."""
-    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+    """An allocation refused for want of GPU memory, whoever raised it (harness.judging.target.short_of_memory;
+    here even one larger than the card, which the gate, not this run, judges)."""
+    return short_of_memory(e, total=1 << 62)
 
 
 def run_waiting(run, what: str, wait_s: float = OOM_WAIT_S, step_s: float = OOM_STEP_S, sleep=time.sleep):
@@ -170,7 +168,7 @@ def inner(spec: TargetSpec, count: int | None, paths: tuple[int, ...] = ()) -> i
             except (LawFailure, Crashed) as e:
                 bad += 1
                 print(f"sanitize sample: {law} failed: {str(e).splitlines()[0]}", flush=True)
-    waited = f"; {waits} run(s) again after running out of GPU memory beside other processes" if waits else ""
+    waited = f"; {waits} {_RAN_AGAIN} beside other processes" if waits else ""
     print(f"sanitize sample: {len(cases)} path cases run, {bad} law failure(s) (the gate judges those){waited}",
           flush=True)
     return 0
@@ -212,6 +210,10 @@ def main(spec: TargetSpec, tools: list[str], count: int | None, paths: tuple[int
         tail = out.strip().splitlines()
         summary = summary_line(tail)
         verdict = tool_verdict(proc.returncode, tail)
+        refused = refused_allocations(tail)
+        if refused:
+            summary += (f" (each an allocation refused for want of GPU memory beside other processes; "
+                        f"{refused} case(s) run again)")
         results.append((tool, verdict, summary, dt))
         print(f"{tool:10} {verdict}  {summary.strip()}  ({dt:.0f} s)", flush=True)
         if verdict != "clean":
@@ -224,6 +226,23 @@ def main(spec: TargetSpec, tools: list[str], count: int | None, paths: tuple[int
     return 1 if bad else 0
 
 
+# compute-sanitizer reports a CUDA call that failed ("Program hit cudaErrorMemoryAllocation (error 2) due to
+# "out of memory" on CUDA API call to cudaMalloc") as an error of the program. Where the run's own cases
+# ran out of memory beside other processes and were run again, those calls are the machine's state.
+_ALLOCATION_REFUSED = re.compile(r"Program hit (cudaErrorMemoryAllocation|cudaErrorDevicesUnavailable)\b")
+_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) errors?")
+_RAN_AGAIN = "run(s) again after running out of GPU memory"
+
+
+def refused_allocations(tail: list[str]) -> int:
+    """How many of the errors a tool reported are allocations refused for want of memory, where those are all
+    of them and the run says it ran their cases again; 0 otherwise."""
+    counted = next((int(m.group(1)) for l in reversed(tail) if (m := _ERRORS.search(l))), 0)
+    refused = sum(1 for l in tail if _ALLOCATION_REFUSED.search(l))
+    ran_again = any(_RAN_AGAIN in l for l in tail)
+    return refused if counted and refused == counted and ran_again else 0
+
+
 def tool_verdict(returncode: int, tail: list[str]) -> str:
     """'clean'; 'ERRORS' where the tool reported some (its --error-exitcode, 99); otherwise the run did not
     finish, and the last exception line its output holds says why (a synccheck run once died of an
@@ -232,7 +251,7 @@ def tool_verdict(returncode: int, tail: list[str]) -> str:
     if returncode == 0:
         return "clean"
     if returncode == 99:
-        return "ERRORS"
+        return "clean" if refused_allocations(tail) else "ERRORS"
     why = next((l.strip() for l in reversed(tail) if re.match(r"^[\w.]+(Error|Exception)\b.*:", l.strip())), "")
     return f"DID NOT FINISH (exit {returncode}{': ' + why[:200] if why else ''})"
 

@@ -49,8 +49,14 @@ def _gpu_memory_turn(dev: torch.device):
 # What a case past 2^31 elements leaves free on its GPU for the other processes there: the other judges
 # of `pytest -n` or of mutate, compute-sanitizer's runs beside a lane's mutate step. Without it the case
 # took what it found free, and a sanitizer run beside it died of an out-of-memory error in its own small
-# tensors (a kernel lane on an 80 GB H100: synccheck reported no error and did not finish).
-LEFT_FOR_OTHERS = 8 << 30
+# tensors. 8 GiB was not enough on an 80 GB H100, where a kernel lane runs some twenty CUDA processes
+# beside the case (mutate's judges, four sanitizer tools and a sanitizer run for each racy mutant): a
+# quarter of the card, and at least 8 GiB.
+MIN_LEFT_FOR_OTHERS = 8 << 30
+
+
+def left_for_others(total: int) -> int:
+    return max(MIN_LEFT_FOR_OTHERS, total // 4)
 
 
 @contextlib.contextmanager
@@ -75,20 +81,21 @@ def beyond_2_31_elements(target: Target, case: Case):
     """Tensors past 2^31 elements (64-bit offsets): the rows around the 2^31-element boundary and
     at the end, forward and grad_x, and sampled columns of grad_weight match the reference."""
     with _gpu_memory_turn(target.device):
-        free, _ = torch.cuda.mem_get_info(target.device)
-        room = free - LEFT_FOR_OTHERS
+        free, total = torch.cuda.mem_get_info(target.device)
+        left = left_for_others(total)
+        room = free - left
         try:
-            _check_room(case, free, room)
+            _check_room(case, free, room, left)
             with _allocation_cap(target.device, room):
                 return _beyond_2_31_elements(target, case)
         except (torch.cuda.OutOfMemoryError, Rejected) as e:
-            no = no_room(e, free, case)
+            no = no_room(e, free, case, left)
             if no is None:
                 raise
             raise no from None
 
 
-def no_room(e: Exception, free: int, case: Case) -> "NoRoom | None":
+def no_room(e: Exception, free: int, case: Case, left: int) -> "NoRoom | None":
     """A case past 2^31 elements that ran out of GPU memory is not run here (NoRoom), whether the
     law's own tensors (torch's OutOfMemoryError) or the target's allocations (its call's refusal
     naming one) did: a GPU with less free memory, not a fault of the target. None for any other
@@ -98,16 +105,16 @@ def no_room(e: Exception, free: int, case: Case) -> "NoRoom | None":
         return None
     tensor = case.numel * case.torch_dtype.itemsize / 2**30
     first = text.splitlines()[0][:240] if text else type(e).__name__
-    return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, {LEFT_FOR_OTHERS / 2**30:.0f} GiB of it "
+    return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, {left / 2**30:.0f} GiB of it "
                   f"left for the other processes on this GPU; the case's tensors take {tensor:.1f} GiB each)")
 
 
-def _check_room(case: Case, free: int, room: int) -> None:
+def _check_room(case: Case, free: int, room: int, left: int) -> None:
     elsize = case.torch_dtype.itemsize
     need = 4 * case.numel * elsize + 8 * case.rows + (1 << 30)
     if room < need:
         raise NoRoom(f"the case needs about {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free, "
-                     f"of which {LEFT_FOR_OTHERS / 2**30:.0f} GiB is left for the other processes on this GPU")
+                     f"of which {left / 2**30:.0f} GiB is left for the other processes on this GPU")
 
 
 def _beyond_2_31_elements(target: Target, case: Case):
