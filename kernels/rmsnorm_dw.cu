@@ -63,10 +63,10 @@ constexpr int kColumnsPerThread = 4;
 // column add every unit in turn, in CTAs of 256 threads, where ptxas reused a load's registers for
 // the next one, so 2-3 loads of a thread were in flight and each unit's adds waited on its load:
 // 10.0 us at bfloat16 N = 65,536 (30 units, 7.9 MB, 64 CTAs) on the H200, 16.5% of DRAM throughput
-// (benchmarks/results/h200/profile-h200.md). 32 runs of every unit count took that to 6.4 us but
-// N = 262,144 (7 or 8 units: 25 of each CTA's 32 warps idle) from 141.0 to 145.8 us (reverted;
-// benchmarks/results/h200/variants-h200.md): hence as many runs as the units fill.
-// RMSNORM_DW_RUNS=0 keeps the one thread a column, 256 columns a CTA.
+// (benchmarks/profile-h200.md). 32 runs of every unit count took that to 6.4 us but N = 262,144 (7
+// or 8 units: 25 of each CTA's 32 warps idle) from 141.0 to 145.8 us (0d05ef8, reverted;
+// benchmarks/variants-h200.md): hence as many runs as the units fill. RMSNORM_DW_RUNS=0 keeps the
+// one thread a column, 256 columns a CTA.
 #ifndef RMSNORM_DW_RUNS
 #define RMSNORM_DW_RUNS 1
 #endif

@@ -13,12 +13,12 @@
 The first use builds the extension (``torch.utils.cpp_extension.load``; CUDA kernels for the visible
 GPUs, or sm_90 when none, when a CUDA toolkit and a CUDA build of torch are there; otherwise CPU
 only) and caches it; later uses load it. It registers ``torch.ops.rmsnorm.forward`` (with its
-autograd) and ``torch.ops.rmsnorm.backward``, and the fused forms' ``fused_forward`` (with its
-autograd), ``fused_backward`` and ``fused_add_`` (in place); this package adds their fake (meta)
-implementations, so that ``torch.compile(fullgraph=True)`` and ``torch.library.opcheck`` work.
+autograd) and ``torch.ops.rmsnorm.backward``; this package adds their fake (meta) implementations, so
+that ``torch.compile(fullgraph=True)`` and ``torch.library.opcheck`` work. The fused forms (a residual,
+a weight offset, no weight) are composed of that operator and ATen ops, on CPU and CUDA alike: correct
+and differentiable, at more passes over memory than a fused kernel would make.
 
-The rounding order, the same on CPU and CUDA (on CUDA the fused forms are, for now, ATen ops around
-the plain kernels, not a fused kernel):
+The rounding order, the same on CPU and CUDA:
 
 1. Statistics in float32 (float64 for float64 ``x``).
 2. With a residual, ``s = x + residual`` is summed in that dtype and that unrounded sum is what is

@@ -57,26 +57,126 @@ def _register_python_parts() -> None:
             weight, memory_format=torch.contiguous_format
         )
 
-    @torch.library.register_fake("rmsnorm::fused_forward")
-    def _fused_forward_fake(x, weight, eps, residual, weight_offset):
-        y = torch.empty_like(x, memory_format=torch.contiguous_format)
-        residual_out = None if residual is None else torch.empty_like(residual, memory_format=torch.contiguous_format)
-        inv = x.new_empty(x.shape[:-1], dtype=_stat_dtype(x.dtype))
-        return y, residual_out, inv
 
-    @torch.library.register_fake("rmsnorm::fused_backward")
-    def _fused_backward_fake(grad_y, grad_residual_out, x, weight, residual, inv_rms, weight_offset):
-        def like(t):
-            return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
 
-        return like(x), like(residual), like(weight)
 
-    @torch.library.register_fake("rmsnorm::fused_add_")
-    def _fused_add_fake(x, residual, weight, eps, weight_offset):
-        return None
+def _name(dtype: torch.dtype) -> str:
+    return _SCALAR_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
-    # Autograd is registered in C++ (binding/rmsnorm_autograd.cpp), fused_add_'s refusal to run
-    # where autograd would record it included.
+
+def _check_fused(x, weight, eps, residual, weight_offset) -> None:
+    """The fused forms' arguments, checked before any is read: what was expected, what was given."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"rmsnorm: expected x to be a torch.Tensor, but got {type(x).__name__}")
+    if x.dim() < 1:
+        raise ValueError("rmsnorm: expected x to have at least 1 dimension, but got a 0-dim tensor")
+    if x.layout != torch.strided:
+        raise ValueError(f"rmsnorm: expected x to be a strided (dense) tensor, but got layout {x.layout}")
+    if x.dtype not in _SCALAR_NAMES:
+        raise TypeError(f"rmsnorm: expected x of dtype float32, float64, float16 or bfloat16, but got {_name(x.dtype)}")
+    if x.shape[-1] < 1:
+        raise ValueError(f"rmsnorm: expected the last dimension of x (N) to be at least 1, but got x of shape "
+                         f"{list(x.shape)}")
+    if not (abs(weight_offset) < float("inf")):
+        raise ValueError(f"rmsnorm: expected weight_offset to be finite, but got {weight_offset:g}")
+    if weight is None and weight_offset != 0:
+        raise ValueError(f"rmsnorm: expected weight_offset 0 without a weight (y = x * inv_rms), but got "
+                         f"{weight_offset!r}")
+    if weight is not None:
+        if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+            raise ValueError(f"rmsnorm: expected weight of shape [{x.shape[-1]}] (the last dimension of x), but got "
+                             f"weight of shape {list(weight.shape)}")
+        _check_beside_x("weight", weight, x)
+    if not (eps >= 0 and eps < float("inf")):
+        raise ValueError(f"rmsnorm: expected eps to be finite and >= 0, but got {eps!r}")
+    if residual is None:
+        return
+    if residual.layout != torch.strided:
+        raise ValueError(f"rmsnorm: expected residual to be a strided (dense) tensor, but got layout {residual.layout}")
+    if residual.shape != x.shape:
+        raise ValueError(f"rmsnorm: expected residual of shape {list(x.shape)} (the shape of x), but got residual of "
+                         f"shape {list(residual.shape)}")
+    _check_beside_x("residual", residual, x)
+
+
+def _check_beside_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """t (the weight or the residual) of x's dtype or float32, on x's device."""
+    if t.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"rmsnorm: expected {name} of dtype {_name(x.dtype)} (the dtype of x) or float32, but got "
+                        f"{_name(t.dtype)}")
+    if t.device != x.device:
+        raise ValueError(f"rmsnorm: expected {name} on {x.device} (the device of x), but got {name} on {t.device}")
+
+
+def _byte_extent(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage that t's elements span, [begin, end)."""
+    begin = t.storage_offset() * t.element_size()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return begin, begin + (last + 1) * t.element_size()
+
+
+def _check_apart(a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    """a and b share no byte of memory. Views of one storage whose spans meet are refused even where
+    they share no element (x[..., ::2] and residual[..., 1::2] of one buffer): an honest limit."""
+    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return
+    what = (f"rmsnorm: expected {a_name} and {b_name} in separate memory (the in-place add writes x and residual), "
+            "but got ")
+    if a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride():
+        raise ValueError(what + "the same memory for both")
+    (a0, a1), (b0, b1) = _byte_extent(a), _byte_extent(b)
+    if a0 < b1 and b0 < a1:
+        raise ValueError(what + f"overlapping memory: views of one storage spanning its bytes [{a0}, {a1}) and "
+                         f"[{b0}, {b1})")
+
+
+def _check_in_place(x, residual, weight) -> None:
+    for name, t in (("x", x), ("residual", residual)):
+        if any(size > 1 and stride == 0 for size, stride in zip(t.shape, t.stride())):  # ATen's sure case
+            raise ValueError(f"rmsnorm: expected {name} with one element per memory location (the in-place add "
+                             f"writes it), but got {name} of shape {list(t.shape)} and strides {list(t.stride())}")
+    _check_apart("x", x, "residual", residual)
+    if weight is not None:
+        _check_apart("x", x, "weight", weight)
+        _check_apart("residual", residual, "weight", weight)
+
+
+class _Sum(torch.autograd.Function):
+    """s = x + residual in the statistics' dtype; its backward hands x and the residual gradients in
+    memory of their own, each in its input's dtype (autograd's add would hand both one tensor where
+    the dtypes match, and an in-place clip of x.grad would then scale residual.grad too)."""
+
+    @staticmethod
+    def forward(x, residual, acc):
+        return x.to(acc) + residual.to(acc)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, residual, _ = inputs
+        ctx.dtypes = (x.dtype, residual.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtypes[0], copy=True), grad.to(ctx.dtypes[1], copy=True), None
+
+
+def _fused(x, weight, eps, residual, weight_offset):
+    """The fused forms, composed of the plain operator and ATen ops, in the declared rounding order: the
+    sum and the weight plus its offset in float32 (float64 for float64 x), the plain operator on them
+    (its y in that dtype), then y rounded once to x's dtype and the sum once to the residual's.
+    Autograd differentiates the composition: the residual's gradient joins the sum's after the norm's
+    backward (the prenorm grouping), and each gradient is cast back to its input's dtype."""
+    acc = _stat_dtype(x.dtype)
+    s = x.to(acc) if residual is None else _Sum.apply(x, residual, acc)
+    if weight is None:
+        w = torch.ones(x.shape[-1], dtype=acc, device=x.device)
+    else:
+        w = weight.to(acc) + weight_offset if weight_offset != 0 else weight.to(acc)
+    y = torch.ops.rmsnorm.forward(s, w, float(eps))[0].to(x.dtype)
+    if residual is None:
+        return y, None
+    return y, s.to(residual.dtype)  # s is a sum, never x's memory: where the dtypes match, s itself
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, residual: torch.Tensor | None = None,
@@ -113,12 +213,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, re
                 f"requires_grad x={x.requires_grad}, residual={residual.requires_grad}, "
                 f"weight={weight is not None and weight.requires_grad}"
             )
-        torch.ops.rmsnorm.fused_add_(x, residual, weight, float(eps), float(weight_offset))
+        _check_fused(x, weight, eps, residual, weight_offset)
+        if not torch.compiler.is_compiling():  # storage pointers cannot be traced; eager calls are checked
+            _check_in_place(x, residual, weight)
+        y, residual_out = _fused(x, weight, eps, residual, weight_offset)
+        residual.copy_(residual_out)
+        x.copy_(y)
         return x, residual
     if residual is None and weight is not None and weight_offset == 0:
         # The plain form keeps the plain operator (the same bits: s = x and w + 0 = w).
         return torch.ops.rmsnorm.forward(x, weight, float(eps))[0]
-    y, residual_out, _ = torch.ops.rmsnorm.fused_forward(x, weight, float(eps), residual, float(weight_offset))
+    _check_fused(x, weight, eps, residual, weight_offset)
+    y, residual_out = _fused(x, weight, eps, residual, weight_offset)
     return y if residual is None else (y, residual_out)
 
 

@@ -154,12 +154,14 @@ def test_the_offset_is_added_after_the_weight_is_promoted(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_the_fused_operator_without_extras_is_the_plain_one_bitwise(dtype):
+def test_the_forms_without_extras_are_the_plain_operator_bitwise(dtype):
     x = _randn((5, 769), dtype, 7)
     w = _randn((769,), dtype, 8)
-    y, residual_out, inv = torch.ops.rmsnorm.fused_forward(x, w, EPS, None, 0.0)
-    y0, inv0 = torch.ops.rmsnorm.forward(x, w, EPS)
-    assert residual_out is None and torch.equal(y, y0) and torch.equal(inv, inv0)
+    assert torch.equal(rms_norm(x, w, EPS), torch.ops.rmsnorm.forward(x, w, EPS)[0])
+    # No weight is a weight of ones, the sum and the statistics in float32 (float64), y rounded once.
+    acc = _acc(dtype)
+    ones = torch.ones(769, dtype=acc)
+    assert torch.equal(rms_norm(x, None, EPS), torch.ops.rmsnorm.forward(x.to(acc), ones, EPS)[0].to(dtype))
 
 
 @pytest.mark.parametrize("shape", ((0, 7), (2, 0, 7)), ids=str)
@@ -238,9 +240,6 @@ def test_in_place_refuses_where_autograd_would_record_it():
         weight = w if grads[2] else w.detach()
         with pytest.raises(RuntimeError, match="in_place=True only where autograd records nothing"):
             rms_norm(x, weight, EPS, r, in_place=True)
-        # The operator itself refuses too (its C++ Autograd kernel), for callers that skip rms_norm.
-        with pytest.raises(RuntimeError, match="expected fused_add_ .* on tensors that do not require grad"):
-            torch.ops.rmsnorm.fused_add_(x, r, weight, EPS, 0.0)
         with torch.no_grad():
             rms_norm(x, weight, EPS, r, in_place=True)
     with torch.inference_mode():
@@ -258,8 +257,6 @@ def test_in_place_needs_a_residual():
 @pytest.mark.parametrize("call,error,message", [
     (lambda: rms_norm(torch.randn(2, 8), None, EPS, None, 1.0), ValueError,
      r"expected weight_offset 0 without a weight \(y = x \* inv_rms\), but got 1.0"),
-    (lambda: torch.ops.rmsnorm.fused_forward(torch.randn(2, 8), None, EPS, None, 1.0), ValueError,
-     r"rmsnorm: expected weight_offset 0 without a weight \(y = x \* inv_rms\), but got 1"),
     (lambda: rms_norm(torch.randn(2, 8), torch.ones(8), EPS, torch.randn(2, 9)), ValueError,
      r"rmsnorm: expected residual of shape \[2, 8\] \(the shape of x\), but got residual of shape \[2, 9\]"),
     (lambda: rms_norm(torch.randn(2, 8, dtype=BF16), None, EPS, torch.randn(2, 8, dtype=F16)), TypeError,
@@ -270,7 +267,7 @@ def test_in_place_needs_a_residual():
      r"rmsnorm: expected weight of shape \[8\]"),
     (lambda: rms_norm(torch.randn(2, 8, dtype=F16), torch.ones(8, dtype=BF16), EPS, None, 1.0), TypeError,
      r"rmsnorm: expected weight of dtype Half \(the dtype of x\) or float32, but got BFloat16"),
-], ids=["offset-without-weight", "op-offset-without-weight", "residual-shape", "residual-dtype", "offset-inf",
+], ids=["offset-without-weight", "residual-shape", "residual-dtype", "offset-inf",
         "weight-shape", "weight-dtype"])
 def test_arguments_outside_the_contract_raise_clearly(call, error, message):
     with pytest.raises(error, match=message):
@@ -300,12 +297,7 @@ def test_gradcheck_in_float64(res, weighted, off):
         a, b, c = unpack(args)
         return rms_norm(a, c, 1e-3, b, off)
 
-    def through_the_operator(*args):  # inv_rms's gradient too
-        a, b, c = unpack(args)
-        return tuple(t for t in torch.ops.rmsnorm.fused_forward(a, c, 1e-3, b, off) if t is not None)
-
     assert torch.autograd.gradcheck(through_rms_norm, inputs)
-    assert torch.autograd.gradcheck(through_the_operator, inputs)
 
 
 @pytest.mark.parametrize("form", [f for f in FORMS if f[1] is not None and f[0] != F64], ids=_form_id)
@@ -361,28 +353,19 @@ def _op_cases():
     ]
 
 
-@pytest.mark.parametrize("i", range(5))
-def test_opcheck_fused_forward(i):
-    x, w, r, off = _op_cases()[i]
-    args = (x.clone().requires_grad_(x.dtype == F32), w if w is None else w.clone().requires_grad_(), EPS,
-            r if r is None else r.clone().requires_grad_(), off)
-    torch.library.opcheck(torch.ops.rmsnorm.fused_forward.default, args)
+def _composed_inputs(x, w, r, off):
+    """The plain operator's inputs where a fused form calls it (rmsnorm._op._fused)."""
+    acc = _acc(x.dtype)
+    s = x.to(acc) if r is None else x.to(acc) + r.to(acc)
+    return s, (torch.ones(x.shape[-1], dtype=acc) if w is None else w.to(acc) + off)
 
 
 @pytest.mark.parametrize("i", range(5))
-def test_opcheck_fused_backward(i):
-    x, w, r, off = _op_cases()[i]
-    _, residual_out, inv = torch.ops.rmsnorm.fused_forward(x, w, EPS, r, off)
-    gy = torch.randn_like(x)
-    gres = None if r is None else torch.randn_like(residual_out)
-    torch.library.opcheck(torch.ops.rmsnorm.fused_backward.default, (gy, gres, x, w, r, inv, off))
-
-
-@pytest.mark.parametrize("i", (0, 1, 2))
-def test_opcheck_fused_add(i):
-    x, w, r, off = _op_cases()[i]
-    torch.library.opcheck(torch.ops.rmsnorm.fused_add_.default, (x.clone(), r.clone(), w, EPS, off))
-
+def test_opcheck_of_the_operator_the_fused_forms_call(i):
+    s, w = _composed_inputs(*_op_cases()[i])
+    torch.library.opcheck(torch.ops.rmsnorm.forward.default, (s.requires_grad_(), w.requires_grad_(), EPS))
+    _, inv = torch.ops.rmsnorm.forward(s.detach(), w.detach(), EPS)
+    torch.library.opcheck(torch.ops.rmsnorm.backward.default, (torch.randn_like(s), s.detach(), w.detach(), inv))
 
 
 def test_compiled_fullgraph_matches_eager_bitwise():
@@ -509,8 +492,5 @@ def test_cuda_in_place_and_opcheck(form):
     assert torch.equal(x, y_want) and torch.equal(r, res_want)
     with pytest.raises(ValueError, match="got the same memory for both"):
         rms_norm(x, w, EPS, x, off, in_place=True)
-    _, residual_out, inv = torch.ops.rmsnorm.fused_forward(x, w, EPS, r, off)
-    torch.library.opcheck(torch.ops.rmsnorm.fused_forward.default, (x, w, EPS, r, off))
-    torch.library.opcheck(torch.ops.rmsnorm.fused_backward.default,
-                          (torch.randn_like(x), torch.randn_like(residual_out), x, w, r, inv, off))
-    torch.library.opcheck(torch.ops.rmsnorm.fused_add_.default, (x.clone(), r.clone(), w, EPS, off))
+    s, w32 = _composed_inputs(x, w, r, off)
+    torch.library.opcheck(torch.ops.rmsnorm.forward.default, (s.requires_grad_(), w32.requires_grad_(), EPS))

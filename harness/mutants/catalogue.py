@@ -339,30 +339,6 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("cpu_zero_rows_dw_unwritten", "cpu", "zero rows: grad_weight left unwritten",
            (Edit(BIND, "  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial",
                  "  if (rows == 0) return {dx, dw};\n  const int64_t chunks = gw_num_chunks(rows, n);\n  at::Tensor partial"),)),
-    # ---- the CPU kernels of the fused forms (rms_norm's residual, weight_offset, no weight), each judged
-    # through a module of examples/project_variants/ that calls them (the card's form does not) ----------
-    Mutant("cpu_fused_residual_not_written_back", "cpu",
-           "an in-place fused add that writes y but leaves the residual as it was (the sum never stored)",
-           (Edit(CPU, "        ro[i] = static_cast<R>(s[i]);\n", "        (void)ro;\n"),),
-           form="examples.project_variants.fused_add_in_place"),
-    Mutant("cpu_fused_sum_rounded_first", "cpu",
-           "the sum rounded to the residual's dtype before the statistics (the stored sum normalised where the "
-           "float32 sum is declared)",
-           (Edit(CPU, "        s[i] = static_cast<A>(xr[i]) + static_cast<A>(rr[i]);\n"
-                      "        ro[i] = static_cast<R>(s[i]);\n",
-                 "        ro[i] = static_cast<R>(static_cast<A>(xr[i]) + static_cast<A>(rr[i]));\n"
-                 "        s[i] = static_cast<A>(ro[i]);\n"),),
-           echoes="vllm-project/vllm#52104", form="examples.project_variants.fused_add"),
-    Mutant("cpu_offset_twice", "cpu", "Gemma's offset applied twice in the forward (2 + w)",
-           (Edit(CPU, "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + weight_offset));",
-                 "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + 2 * weight_offset));"),),
-           form="examples.project_variants.gemma"),
-    Mutant("cpu_offset_in_weight_dtype", "cpu",
-           "Gemma's 1 + w added in the weight's dtype before the promotion (rounded to bfloat16 there)",
-           (Edit(CPU, "yr[i] = static_cast<T>(s[i] * inv * (static_cast<A>(weight[i]) + weight_offset));",
-                 "yr[i] = static_cast<T>(s[i] * inv * static_cast<A>(static_cast<W>(static_cast<A>(weight[i]) + "
-                 "weight_offset)));"),),
-           echoes="linkedin/Liger-Kernel#1462", form="examples.project_variants.gemma"),
     # ---- shared binding code: argument checks and layouts (both devices) -----------------------
     Mutant("weight_shape_unchecked", "both", "the weight's length not checked against N",
            (Edit(BIND, "TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == x.size(-1),",
