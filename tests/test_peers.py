@@ -22,8 +22,9 @@ def test_panel_member_passes_the_gate(peer, tmp_path):
     # hf's code under Qwen3's name: what its declaration holds it to (the order), beside the forward.
     ("hf-qwen3", ["follows_declared_order", "forward_matches_reference"]),
     # torch.compile compiles afresh for each dtype and row length (49 s for the three numeric laws): the
-    # forward and the declared order, where a compiled Gemma would round (1 + w) or y otherwise.
-    ("compiled-gemma", ["variant_forward_matches_reference", "follows_declared_order"]),
+    # forward and the declared order, where a compiled Gemma would round (1 + w) or y otherwise; gradcheck,
+    # which a compiled backward with donated buffers refused (retain_graph), a false alarm on an H100.
+    ("compiled-gemma", ["variant_forward_matches_reference", "follows_declared_order", "variant_gradcheck"]),
 ])
 def test_panel_member_passes_the_laws_of_its_declaration(peer, laws, tmp_path):
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", f"peer:{peer}", "--corpus", str(tmp_path),
@@ -58,6 +59,18 @@ def test_grad_x_written_into_grad_out_is_named(tmp_path):
                      "--corpus", str(tmp_path), "--", "-k", "test_backward_matches_reference"])
     assert code == 1, out[-4000:]
     assert "backward returned grad_x in the memory of its input grad_out: it overwrites grad_out in place" in out
+
+
+@pytest.mark.parametrize("peer", ["liger", "liger-gemma", "liger-fused-add"])
+def test_liger_peers_say_where_they_run(peer):
+    """Where Liger-Kernel is installed, each of its peers runs on CUDA (a GPU lane once failed to load the
+    variants: their availability check called Liger's through the wrong class) and says why not on the CPU."""
+    pytest.importorskip("liger_kernel.ops.rms_norm")
+    from harness.running import peers
+
+    p = peers._registry()[peer]()
+    assert p.unavailable("cuda") is None
+    assert "runs on cuda only, not cpu (or on the cpu under Triton's interpreter" in p.unavailable("cpu")
 
 
 def test_peer_that_cannot_run_here_is_a_clear_error():

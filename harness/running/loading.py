@@ -16,9 +16,24 @@ from harness.running.spec import TargetSpec
 from rmsnorm import _build as build
 
 
+def allow_retained_graphs() -> None:
+    """gradcheck differentiates a target's autograd many times over one graph (retain_graph=True). A
+    torch.compile'd backward refuses that where AOTAutograd donated the saved tensors' memory to it ("compiled
+    with non-empty donated buffers which requires ... retain_graph=False"): a correct compiled Gemma RMSNorm
+    failed variant_gradcheck so on an H100. The donation only reuses memory, so it is switched off in the
+    process that judges, before anything compiles; no value the target computes changes."""
+    try:
+        import torch._functorch.config as functorch_config
+    except ImportError:
+        return
+    if hasattr(functorch_config, "donated_buffer"):
+        functorch_config.donated_buffer = False
+
+
 def load(spec: TargetSpec, device: str, strict: bool | None = None) -> Target:
     """Build (cached) and import the target inside this process."""
     spec = TargetSpec.parse(spec)  # a spec, or what a script or test wrote for one
+    allow_retained_graphs()
     dev = torch.device(device)
     if spec.kind == "project":
         module = rmsnorm.extension()

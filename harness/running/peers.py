@@ -165,6 +165,20 @@ class Native(Autograd):
         return super().backward(grad_out, x, weight, inv_rms)
 
 
+def liger_unavailable(peer: Peer, device: str) -> str | None:
+    """Why a Liger-Kernel peer (Liger, LigerVariant) cannot run on device, or None: CUDA, or the CPU under
+    Triton's interpreter, with Liger-Kernel installed."""
+    interpreted = torch.device(device).type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    why = None if interpreted else Peer.unavailable(peer, device)
+    if why:
+        return why + " (or on the cpu under Triton's interpreter, which the gate runs it under there)"
+    try:
+        import liger_kernel.ops.rms_norm  # noqa: F401
+    except ImportError as e:
+        return f"peer:{peer.name} needs Liger-Kernel (pip install liger-kernel): {e}"
+    return None
+
+
 class Liger(Peer):
     """liger_kernel.ops.rms_norm's forward and backward, as LigerRMSNormFunction calls them: every
     tensor made contiguous first, the weight too (its ensure_contiguous; the kernels index the weight
@@ -177,15 +191,7 @@ class Liger(Peer):
         self.in_place = in_place
 
     def unavailable(self, device):
-        interpreted = torch.device(device).type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-        why = None if interpreted else super().unavailable(device)
-        if why:
-            return why + " (or on the cpu under Triton's interpreter, which the gate runs it under there)"
-        try:
-            import liger_kernel.ops.rms_norm  # noqa: F401
-        except ImportError as e:
-            return f"peer:{self.name} needs Liger-Kernel (pip install liger-kernel): {e}"
-        return None
+        return liger_unavailable(self, device)
 
     def forward(self, x, weight, eps):
         from liger_kernel.ops.rms_norm import rms_norm_forward  # an optional dependency (CUDA only)
@@ -235,7 +241,7 @@ class LigerVariant(VariantPeer):
     device_types = ("cuda",)
 
     def unavailable(self, device):
-        return Liger.unavailable(self, device)
+        return liger_unavailable(self, device)
 
 
 def _liger_gemma(x, weight, eps):
