@@ -5,6 +5,7 @@ failure (harness/judging/refusals.py; tests/test_refusals.py has the rules one b
 
 import pytest
 
+from tests._draw import drawn as draw_cases
 from tests._run import run
 
 
@@ -61,22 +62,5 @@ def test_a_correct_kernel_declared_narrow_passes_and_names_what_is_not_applicabl
 def test_a_kernel_declared_float32_only_draws_float32_past_2_31_elements(monkeypatch):
     """The law past 2^31 elements once drew 16-bit floats only, and failed coverage for a kernel declared
     float32: it draws the contract's narrowest dtype now."""
-    import json
-
-    from hypothesis import HealthCheck, given, settings
-
-    from harness.running import session
-    from harness.running.spec import TargetSpec
-    from properties import strategies
-
-    monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32"], "max_n": 4096}))
-    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("project")))
-    drawn = []
-
-    @settings(max_examples=30, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(case=strategies.strategy_for("beyond_2_31_elements"))
-    def draw(case):
-        drawn.append(case)
-
-    draw()
+    drawn = draw_cases(monkeypatch, {"dtypes": ["float32"], "max_n": 4096}, "beyond_2_31_elements", n=30)
     assert {c.dtype for c in drawn} == {"float32"} and all(c.numel > 1 << 31 and c.n <= 4096 for c in drawn)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from examples.triton_rmsnorm.mutants import MUTANTS
+from tests._draw import drawn as draw_cases
 from tests._run import ROOT, run
 from tests.test_refusal_gates import refused_pair_passes
 
@@ -165,23 +166,10 @@ def test_what_is_triton_code_is_read_not_imported():
 
 
 def test_an_interpreted_run_draws_inside_the_caps(monkeypatch):
-    from hypothesis import HealthCheck, given, settings
-
     from harness.judging.caps import INTERPRETER
-    from harness.running import session
-    from harness.running.spec import TargetSpec
-    from properties import strategies
 
     monkeypatch.setenv("RMSNORM_DEVICE", "cpu")
-    monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32", "bfloat16"]}))  # no worker asked
-    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec.parse(EXAMPLE)))
-    drawn = []
-
-    @settings(max_examples=60, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(case=strategies.strategy_for("forward_matches_reference"))
-    def draw(case):
-        drawn.append(case)
-
-    draw()
+    # The contract set: no worker is asked for one.
+    drawn = draw_cases(monkeypatch, {"dtypes": ["float32", "bfloat16"]}, n=60, spec=EXAMPLE)
     assert all(INTERPRETER.allows(c) for c in drawn), [c.short() for c in drawn if not INTERPRETER.allows(c)]
     assert max(c.rows for c in drawn) > 8 and max(c.n for c in drawn) > 4096, [c.shape for c in drawn]

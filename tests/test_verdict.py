@@ -14,6 +14,7 @@ from harness.running import loading as tgt
 from harness.judging.cases import Case
 from harness.judging.target import LawFailure
 from harness.running.spec import TargetSpec
+from tests._draw import drawn as draw_cases
 from tests._run import run
 
 CASE = dict(dtype="float32", weight_dtype="float32", eps=1e-6, layout="contiguous", grad_layout="contiguous",
@@ -88,11 +89,8 @@ def test_a_kernel_that_computes_in_float32_declared_float32_passes_every_law(tmp
 
 
 def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch, tmp_path):
-    from hypothesis import HealthCheck, given, settings
-
     from harness.running import session
     from harness.judging.contract import Contract
-    from properties import strategies
 
     c = Contract.from_dict({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 65535}, "test")
     one = dict(CASE, dtype="bfloat16", weight_dtype="bfloat16")
@@ -101,16 +99,8 @@ def test_a_row_limit_in_bytes_is_declared_drawn_inside_and_reported(monkeypatch,
     with pytest.raises(ValueError, match="max_row_bytes"):
         Contract.from_dict({"dtypes": ["float32"], "max_row_bytes": 3}, "test")
 
-    monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps({"dtypes": ["float32", "bfloat16"], "max_row_bytes": 1000}))
-    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("module", "tests.targets.row_bytes_limited")))
-    drawn = []
-
-    @settings(max_examples=150, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(case=strategies.strategy_for("forward_matches_reference"))
-    def draw(case):
-        drawn.append(case)
-
-    draw()
+    drawn = draw_cases(monkeypatch, {"dtypes": ["float32", "bfloat16"], "max_row_bytes": 1000}, n=150,
+                       spec="module:tests.targets.row_bytes_limited")
     small = session.current().contract()
     assert all(small.allows(k) for k in drawn)
     assert max(k.n for k in drawn if k.dtype == "float32") <= 250

@@ -7,10 +7,9 @@ import json
 import pytest
 import torch
 
-from harness.running import session
-from harness.running.spec import TargetSpec
 from harness.judging.cases import GAP_FILL, WEIGHT_LAYOUTS, Case, materialize
 from harness.judging.contract import Contract
+from tests._draw import drawn
 from tests._run import run
 
 
@@ -35,33 +34,12 @@ def test_a_weight_layout_keeps_the_values_and_fills_its_gaps():
         Case(shape=(4, 4), weight_layout="transposed")
 
 
-def _drawn(monkeypatch, contract: dict | None, law="forward_matches_reference", n=200) -> list[Case]:
-    from hypothesis import HealthCheck, given, settings
-
-    from properties import strategies
-
-    if contract is None:
-        monkeypatch.delenv("RMSNORM_CONTRACT", raising=False)
-    else:
-        monkeypatch.setenv("RMSNORM_CONTRACT", json.dumps(contract))
-    monkeypatch.setattr(session, "_CURRENT", session.Session(TargetSpec("project")))
-    drawn = []
-
-    @settings(max_examples=n, database=None, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(case=strategies.strategy_for(law))
-    def draw(case):
-        drawn.append(case)
-
-    draw()
-    return drawn
-
-
 def test_weights_off_alignment_and_strided_are_drawn_inside_the_contract(monkeypatch):
     counts = {k: 0 for k in WEIGHT_LAYOUTS}
-    for case in _drawn(monkeypatch, {"dtypes": ["float32", "bfloat16"]}):
+    for case in drawn(monkeypatch, {"dtypes": ["float32", "bfloat16"]}):
         counts[case.weight_layout] += 1
     assert counts["offset"] >= 5 and counts["col_step"] >= 5 and counts["contiguous"] >= 100, counts
-    only = _drawn(monkeypatch, {"dtypes": ["float32"], "weight_layouts": ["contiguous", "offset"]}, n=120)
+    only = drawn(monkeypatch, {"dtypes": ["float32"], "weight_layouts": ["contiguous", "offset"]}, n=120)
     assert {c.weight_layout for c in only} == {"contiguous", "offset"}
 
 
