@@ -17,7 +17,7 @@ from harness.judging.laws.memory import OTHER_SEED
 from harness.judging.contract import of_target
 from harness.judging.laws.numerics import GRADCHECK_OPTS, gradcheck_plan
 from harness.judging.laws.registry import law
-from harness.judging.target import LawFailure, Rejected, Target
+from harness.judging.target import LawFailure, NotApplicable, Rejected, Target
 
 # The window of the declared order: how far, in float32 units, a correct kernel's own float32 values may sit
 # from the eager emulation's before the rounding to 16 bits (another reduction order, rsqrtf's error). Four
