@@ -128,3 +128,26 @@ sys.exit(main(["gate", "--budget", "5"]))
     assert "the gate needs " in p.stderr and ", which is not installed here" in p.stderr, p.stderr
     assert 'pip install "rmsnorm-gate[gate]"' in p.stderr, p.stderr
     assert "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_nondeterministic_error_of_the_harness_is_named_not_hidden(monkeypatch):
+    """A kernel lane's mutate reported the unmutated sources' flaky failure as `?` with nothing saved: the
+    first run had raised the harness's own error (not the gate's failure), and only Hypothesis' words were
+    kept. What was raised is named."""
+    from hypothesis.errors import FlakyFailure
+
+    from harness.running import report
+
+    class _Session:
+        class tally:
+            unfinished = {}
+
+    monkeypatch.setattr(report._state, "current", lambda: _Session)
+    e = FlakyFailure("Hypothesis test_forward_matches_reference(case=...) produces unreliable results: Falsified on "
+                     "the first call but did not on a subsequent one",
+                     [RuntimeError("law forward_matches_reference failed inside the harness:\nOutOfMemoryError: CUDA "
+                                   "out of memory. Tried to allocate 2.00 GiB")])
+    got = report.translate("test_forward_matches_reference", "forward_matches_reference", e)
+    assert "[nondeterministic]" in got and "RuntimeError: law forward_matches_reference failed inside the harness: " \
+        "OutOfMemoryError: CUDA out of memory" in got, got
+    assert "unreliable results" not in got, got

@@ -87,8 +87,12 @@ def translate(test: str, law: str, exc: BaseException) -> str | None:
         if unfinished:  # the case that is saved: the first that failed (a later one may be another shape)
             first = (f"[{unfinished['status']}] {unfinished['message']}\n  case: {unfinished.get('case', '?')}"
                      f"\n  saved: {unfinished['file']}\n  replay: {command()} replay {unfinished['file']}")
-        else:
-            first = inner[0].args[0] if inner else str(exc).splitlines()[0]
+        elif inner:
+            first = inner[0].args[0]
+        else:  # not the gate's own failure (the harness's error, say): what was raised, not Hypothesis' words
+            raised = [e for e in getattr(exc, "exceptions", ())][:2]
+            first = "; ".join(f"{type(e).__name__}: {' '.join(str(e).strip().splitlines()[:2])[:300]}"
+                              for e in raised) or str(exc).splitlines()[0]
         return (f"{test}: [nondeterministic] the case failed, then passed when run again: a failure that comes and "
                 f"goes (memory read before anything wrote it, a race, state kept between calls)\n  {first}")
     if inner:  # an exception group (Python's, or its backport): several distinct failures
