@@ -216,7 +216,6 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
     if threads:
         torch.set_num_threads(int(threads))
 
-    from harness.judging import laws
     from harness.judging import target as tgt
     from harness.running.loading import load
     from harness.judging.cases import Case
