@@ -77,10 +77,12 @@ def test_the_example_passes_with_its_contract_declared_or_inferred(tmp_path):
     assert "declare it with --dtypes float32" in out, out[-3000:]
 
 
-@pytest.mark.slow("a whole gate of a module declaring float32, then a short one that must fail (72 s beside other tests)")
+@pytest.mark.slow("two laws of a module declaring float32, then a short gate that must fail (51 s beside other tests)")
 def test_a_contract_declared_by_the_module_is_drawn_inside_and_held_to(tmp_path):
+    # The forward and the strided law draw the dtypes and layouts a contract bounds; the backward draws as
+    # the forward does (tests/test_verdict.py judges a float32-declared kernel by every law).
     code, out = gate("--target", "module:tests.targets.float32_declared", "--corpus", str(tmp_path), "--", "-k",
-                     "test_forward_matches_reference or test_backward_matches_reference or test_strided_equals_contiguous")
+                     "test_forward_matches_reference or test_strided_equals_contiguous")
     assert code == 0 and "contract (declared by module:tests.targets.float32_declared): dtypes float32" in out, out[-3000:]
     code, out = gate("--target", "module:tests.targets.short_rows", "--corpus", str(tmp_path), "--",
                      "-k", "test_forward_matches_reference", env={"RMSNORM_SHORT_ROWS_DECLARE": "1"})
