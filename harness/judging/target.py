@@ -97,6 +97,25 @@ def short_of_memory(e: BaseException, total: int) -> bool:
     return tried is None or float(tried.group(1)) * _UNITS[tried.group(2)] <= total
 
 
+def run_while_short_of_memory(run, *, total: int, wait_s: float, step_s: float, sleep=time.sleep, before_wait=None):
+    """run(), again every step_s while it runs short of GPU memory (short_of_memory, a card of total bytes),
+    until wait_s have passed; then that error is raised. before_wait(error, waited_s) is called before each
+    wait. Returns run's result and how many times it waited."""
+    waited = 0.0
+    waits = 0
+    while True:
+        try:
+            return run(), waits
+        except BaseException as e:  # noqa: BLE001 - re-raised unless short of memory with time to wait
+            if not short_of_memory(e, total) or waited + step_s > wait_s:
+                raise
+            if before_wait is not None:
+                before_wait(e, waited)
+            sleep(step_s)
+            waited += step_s
+            waits += 1
+
+
 @dataclass
 class Target:
     module: ModuleType

@@ -324,28 +324,30 @@ def _run_law(t, law: str, case, kw: dict, sleep=time.sleep):
     """laws.run_law, run again while it runs short of GPU memory, at most MEMORY_WAIT_S: the machine's state,
     never the target's verdict. Still short after that: NoRoom (the law is not run on this GPU, and the
     report says so), never a failure, a crash or a refusal."""
-    import torch
-
     from harness.judging import laws, target as tgt
 
-    waited = 0.0
-    while True:
+    if not t.is_cuda:
+        return laws.run_law(t, law, case, **kw)
+    import torch
+
+    def release(_error, _waited):
         try:
-            return laws.run_law(t, law, case, **kw)
-        except BaseException as e:  # noqa: BLE001 - sorted below, re-raised unless short of memory
-            if not t.is_cuda or not tgt.short_of_memory(e, torch.cuda.get_device_properties(t.device).total_memory):
-                raise
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            if waited + MEMORY_STEP_S > MEMORY_WAIT_S:
-                raise tgt.NoRoom(f"out of GPU memory, still after waiting {waited:.0f} s for other processes on "
-                                 f"this GPU to free some: {first}") from None
-            try:
-                torch.cuda.synchronize(t.device)
-                torch.cuda.empty_cache()
-            except RuntimeError:
-                pass
-            sleep(MEMORY_STEP_S)
-            waited += MEMORY_STEP_S
+            torch.cuda.synchronize(t.device)
+            torch.cuda.empty_cache()
+        except RuntimeError:
+            pass
+
+    total = torch.cuda.get_device_properties(t.device).total_memory
+    try:
+        return tgt.run_while_short_of_memory(lambda: laws.run_law(t, law, case, **kw), total=total,
+                                             wait_s=MEMORY_WAIT_S, step_s=MEMORY_STEP_S, sleep=sleep,
+                                             before_wait=release)[0]
+    except BaseException as e:  # noqa: BLE001 - only a shortage that outlasted the wait is turned
+        if not tgt.short_of_memory(e, total):
+            raise
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise tgt.NoRoom(f"out of GPU memory, still after waiting {MEMORY_WAIT_S:.0f} s for other processes on "
+                         f"this GPU to free some: {first}") from None
 
 
 def _poll(conn, timeout_s: float) -> bool:

@@ -21,7 +21,7 @@ import time
 
 from harness.judging.cases import DTYPES, Case, layout_possible
 from harness.judging import laws
-from harness.judging.target import Crashed, LawFailure, Rejected, short_of_memory
+from harness.judging.target import Crashed, LawFailure, Rejected, run_while_short_of_memory
 from harness.running.loading import load
 from harness.running.spec import TargetSpec
 
@@ -127,29 +127,16 @@ OOM_WAIT_S = 180.0
 OOM_STEP_S = 5.0
 
 
-def out_of_memory(e: BaseException) -> bool:
-    """An allocation refused for want of GPU memory, whoever raised it (harness.judging.target.short_of_memory;
-    here even one larger than the card, which the gate, not this run, judges)."""
-    return short_of_memory(e, total=1 << 62)
+def run_waiting(run, what: str, wait_s: float = OOM_WAIT_S, step_s: float = OOM_STEP_S, sleep=time.sleep) -> int:
+    """run(), again after step_s while it runs out of GPU memory (even for an allocation larger than the card,
+    which the gate, not this run, judges), until wait_s have passed; then that error is raised. Returns how
+    many times it waited."""
+    def say(e, waited):
+        print(f"sanitize sample: {what}: out of GPU memory ({str(e).strip().splitlines()[0][:160]}); "
+              f"run again in {step_s:.0f} s ({waited:.0f} s waited)", flush=True)
 
-
-def run_waiting(run, what: str, wait_s: float = OOM_WAIT_S, step_s: float = OOM_STEP_S, sleep=time.sleep):
-    """run(), again after step_s while it runs out of GPU memory, until wait_s have passed; then the last
-    out-of-memory error is raised. Returns how many times it waited."""
-    waited = 0.0
-    tries = 0
-    while True:
-        try:
-            run()
-            return tries
-        except Exception as e:
-            if not out_of_memory(e) or waited + step_s > wait_s:
-                raise
-            tries += 1
-            print(f"sanitize sample: {what}: out of GPU memory ({str(e).strip().splitlines()[0][:160]}); "
-                  f"run again in {step_s:.0f} s ({waited:.0f} s waited)", flush=True)
-            sleep(step_s)
-            waited += step_s
+    return run_while_short_of_memory(run, total=1 << 62, wait_s=wait_s, step_s=step_s, sleep=sleep,
+                                     before_wait=say)[1]
 
 
 def inner(spec: TargetSpec, count: int | None, paths: tuple[int, ...] = ()) -> int:
