@@ -161,6 +161,9 @@ def test_short_of_memory_is_the_machine_state_unless_the_card_could_never_hold_i
     assert not short_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB"), card)
     assert not short_of_memory(LawFailure("y[3] differs"), card)
     assert not short_of_memory(KeyboardInterrupt(), card)
+    # A law that judged the room itself has said so: not waited for again.
+    assert not short_of_memory(NoRoom("CUDA out of memory. Tried to allocate 8.00 GiB (6.0 GiB free before the "
+                                      "case, 8 GiB of it left for the other processes on this GPU)"), card)
 
 
 def test_a_case_short_of_gpu_memory_runs_again_then_is_not_run_never_failed(monkeypatch):

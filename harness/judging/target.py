@@ -87,8 +87,9 @@ def short_of_memory(e: BaseException, total: int) -> bool:
     """Whether e says the GPU had too little free memory when the case ran, memory that other processes
     on it may hold: torch's OutOfMemoryError, an uncached allocation's CUDA error, a context that could not
     be made, or a refusal or crash of the target that carries one. Not an allocation larger than the whole
-    card (total bytes): no wait makes room for that, and asking for it is the target's fault."""
-    if isinstance(e, (KeyboardInterrupt, SystemExit)):
+    card (total bytes): no wait makes room for that, and asking for it is the target's fault. Not NoRoom
+    either: a law that says so has judged the room already (beyond_2_31_elements)."""
+    if isinstance(e, (KeyboardInterrupt, SystemExit, NoRoom)):
         return False
     text = str(e)
     if not isinstance(e, torch.cuda.OutOfMemoryError) and not _SHORT_OF_MEMORY.search(text):
