@@ -23,16 +23,16 @@ BIG = Case(shape=(32768, 65537), dtype="bfloat16", weight_dtype="bfloat16", eps=
 
 def test_running_out_of_gpu_memory_past_2_31_elements_is_no_room_and_nothing_else_is():
     got = no_room(Rejected("backward raised OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"),
-                  6 << 30, BIG, 8 << 30)
+                  6 << 30, BIG)
     assert isinstance(got, NoRoom), got
     assert "Tried to allocate 8.00 GiB" in str(got) and "6.0 GiB free before the case" in str(got), got
     assert "4.0 GiB each" in str(got), got  # 32768 x 65537 bfloat16
-    got = no_room(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), 3 << 30, BIG, 8 << 30)
+    got = no_room(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), 3 << 30, BIG)
     assert isinstance(got, NoRoom) and "3.0 GiB free" in str(got), got
     # A refusal for any other reason stays a refusal (a contract fails it), and a wrong answer is no memory matter.
     assert no_room(Rejected("forward raised RuntimeError: M should be less than maximum CUDA grid size"),
-                   6 << 30, BIG, 8 << 30) is None
-    assert no_room(AssertionError("y[3] differs"), 6 << 30, BIG, 8 << 30) is None
+                   6 << 30, BIG) is None
+    assert no_room(AssertionError("y[3] differs"), 6 << 30, BIG) is None
 
 
 class _Runner:

@@ -78,20 +78,19 @@ def beyond_2_31_elements(target: Target, case: Case):
     at the end, forward and grad_x, and sampled columns of grad_weight match the reference."""
     with _gpu_memory_turn(target.device):
         free, _ = torch.cuda.mem_get_info(target.device)
-        left = LEFT_FOR_OTHERS
-        room = free - left
+        room = free - LEFT_FOR_OTHERS
         try:
-            _check_room(case, free, room, left)
+            _check_room(case, free, room)
             with _allocation_cap(target.device, room):
                 return _beyond_2_31_elements(target, case)
         except (torch.cuda.OutOfMemoryError, Rejected) as e:
-            no = no_room(e, free, case, left)
+            no = no_room(e, free, case)
             if no is None:
                 raise
             raise no from None
 
 
-def no_room(e: Exception, free: int, case: Case, left: int) -> "NoRoom | None":
+def no_room(e: Exception, free: int, case: Case) -> "NoRoom | None":
     """A case past 2^31 elements that ran out of GPU memory is not run here (NoRoom), whether the
     law's own tensors (torch's OutOfMemoryError) or the target's allocations (its call's refusal
     naming one) did: a GPU with less free memory, not a fault of the target. None for any other
@@ -101,16 +100,16 @@ def no_room(e: Exception, free: int, case: Case, left: int) -> "NoRoom | None":
         return None
     tensor = case.numel * case.torch_dtype.itemsize / 2**30
     first = text.splitlines()[0][:240] if text else type(e).__name__
-    return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, {left / 2**30:.0f} GiB of it "
+    return NoRoom(f"{first} ({free / 2**30:.1f} GiB free before the case, {LEFT_FOR_OTHERS / 2**30:.0f} GiB of it "
                   f"left for the other processes on this GPU; the case's tensors take {tensor:.1f} GiB each)")
 
 
-def _check_room(case: Case, free: int, room: int, left: int) -> None:
+def _check_room(case: Case, free: int, room: int) -> None:
     elsize = case.torch_dtype.itemsize
     need = 4 * case.numel * elsize + 8 * case.rows + (1 << 30)
     if room < need:
         raise NoRoom(f"the case needs about {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} GiB free, "
-                     f"of which {left / 2**30:.0f} GiB is left for the other processes on this GPU")
+                     f"of which {LEFT_FOR_OTHERS / 2**30:.0f} GiB is left for the other processes on this GPU")
 
 
 def _beyond_2_31_elements(target: Target, case: Case):
