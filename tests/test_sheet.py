@@ -138,3 +138,21 @@ def test_the_gates_side_by_side_share_the_cores(monkeypatch, tmp_path):
     seen.clear()
     sheet.run_columns(["project"], "cpu", "ci", 60.0, tmp_path, 1)  # alone: torch's own threads
     assert seen[0] is not None and SHARERS_ENV not in seen[0]
+
+
+def test_the_sheet_names_the_rmsnorm_each_target_is():
+    """The form row reads the contract's variant keys from the gate's report: a declared fused add with its
+    sum and order, the card's form where nothing was declared, and why not where the target did not load."""
+    from harness.tools.sheet import form_row
+
+    fused = {"contract": {"declared": True, "variant": {"residual": "returned", "residual_dtype": "x",
+                                                         "sum": "float32", "weight_offset": 1.0, "weight": True,
+                                                         "order": "multiply_in_float32"}}}
+    row = form_row(fused)
+    assert row["text"] == ("fused residual add, returned (float32 sum normalised, residual stream in x dtype); "
+                           "weight (1 + w); order multiply_in_float32 (declared)"), row
+    assert row["keys"] == {"residual": "returned", "weight_offset": 1.0, "order": "multiply_in_float32"}
+    card = form_row({"contract": {"declared": False, "variant": {"residual": "none", "weight": True}}})
+    assert card["text"] == "the card's form (not declared)" and card["keys"] == {}, card
+    gone = form_row({"contract": {"error": "ImportError: no module named kernels"}})
+    assert gone["text"] == "not known (ImportError: no module named kernels)", gone

@@ -5,6 +5,9 @@ property. The sheet judges nothing of its own: each column is one run of the gat
 (every law, deterministic and batch_invariant required of every target so that both are shown),
 and each row is read from that run's report (``gate --report-json``):
 
+  form                 the RMSNorm the target is, from its contract's variant keys (a fused residual
+                       add and its sum, (1 + w), no weight, the rounding order; the card's form when
+                       none), and whether the target declared it
   gate                 the gate's verdict as it stands for the target (the bitwise laws count only
                        where they are required of it by default: this project), the laws that failed
   deterministic        law deterministic: the same call twice gives bitwise the same outputs
@@ -33,6 +36,7 @@ of accuracy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -42,6 +46,7 @@ import sys
 import time
 from pathlib import Path
 from harness.judging.laws.registry import required
+from harness.judging.variant import Variant
 from harness.running.worker import SHARERS_ENV
 from harness.running.gpus import default_processes
 from harness.running.spec import TargetSpec
@@ -52,7 +57,7 @@ HALF = ("float16", "bfloat16")
 EAGER = "peer:hf"
 REQUIRE = "deterministic,batch-invariant"
 
-ROWS = ("gate", "deterministic", "batch invariant", "layout invariant", "inputs untouched", "outputs kept", "dtypes",
+ROWS = ("form", "gate", "deterministic", "batch invariant", "layout invariant", "inputs untouched", "outputs kept", "dtypes",
         "float32 weight, 16-bit x", "layouts", "zero rows", "largest N", "> 2^31 elements")
 LAW_ROWS = {"deterministic": "deterministic", "batch invariant": "batch_invariant",
             "layout invariant": "strided_equals_contiguous", "inputs untouched": "inputs_unchanged",
@@ -180,6 +185,19 @@ def accuracy(report: dict) -> dict:
     return out
 
 
+def form_row(report: dict) -> dict:
+    """The RMSNorm the target is: its contract's variant keys (the card's form when none), and whether the
+    target declared them."""
+    contract = report.get("contract") or {}
+    v = contract.get("variant")
+    if not isinstance(v, dict):
+        return {"ok": None, "text": f"not known ({contract.get('error', 'no contract in the report')})"}
+    fields = {f.name for f in dataclasses.fields(Variant)}
+    variant = Variant(**{k: val for k, val in v.items() if k in fields})
+    said = "declared" if contract.get("declared") else "not declared"
+    return {"ok": None, "text": f"{variant.describe()} ({said})", "keys": variant.to_dict()}
+
+
 def gate_row(report: dict, code: int, profile: str, seconds: float, spec: str) -> dict:
     held = required(TargetSpec.parse(spec))  # the optional laws this target is held to by default
     optional = {"deterministic", "batch_invariant"}
@@ -200,6 +218,7 @@ def column(spec: str, report: dict | None, code: int, text: str, profile: str, s
         col["error"] = f"not judged (gate exit {code}): {last[:160]}"
         col["gate"] = {"ok": None, "text": col["error"]}
         return col
+    col["form"] = form_row(report)
     col["gate"] = gate_row(report, code, profile, seconds, spec)
     for row, law in LAW_ROWS.items():
         col[row] = law_row(report, law)
