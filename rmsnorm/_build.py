@@ -40,10 +40,23 @@ DEFINES_ENV = "RMSNORM_KERNEL_DEFINES"
 READY_STAMP = "ready"
 
 
+BUILD_ENV = "RMSNORM_BUILD"
+BUILD_MODES = ("auto", "cpu", "cuda")
+
+
+def build_mode() -> str:
+    """RMSNORM_BUILD: auto (the project's CUDA kernels where a GPU is visible), cpu, or cuda (compiled even
+    without a GPU, as a check that they compile)."""
+    mode = os.environ.get(BUILD_ENV, "auto") or "auto"
+    if mode not in BUILD_MODES:
+        raise ValueError(f"{BUILD_ENV}: expected one of {', '.join(BUILD_MODES)}, but got {mode!r}")
+    return mode
+
+
 def cuda_build_possible() -> tuple[bool, str]:
     """Whether CUDA sources can be compiled here, and why not when they cannot."""
-    if os.environ.get("RMSNORM_BUILD", "auto") == "cpu":
-        return False, "RMSNORM_BUILD=cpu"
+    if build_mode() == "cpu":
+        return False, f"{BUILD_ENV}=cpu"
     if torch.version.cuda is None:
         return False, f"torch {torch.__version__} is a CPU-only build"
     if prepare_cuda_home() is None:
@@ -220,8 +233,12 @@ def _cuda_flags(lineinfo: bool | None) -> tuple[str, ...]:
 
 
 def project_spec(*, lineinfo: bool | None = None) -> tuple[BuildSpec, str]:
-    """The project's own extension, CUDA when possible; with the one-line reason otherwise."""
+    """The project's own extension, CUDA when possible and a GPU is there to run it (or RMSNORM_BUILD=cuda);
+    with the one-line reason otherwise. Without a GPU its CUDA kernels could not run, and compiling them
+    is most of the build (tests/test_kernel_resources.py compiles them on the CPU lane)."""
     with_cuda, why = cuda_build_possible()
+    if with_cuda and build_mode() == "auto" and not torch.cuda.is_available():
+        with_cuda, why = False, f"no CUDA device here; {BUILD_ENV}=cuda compiles the CUDA kernels too"
     defines = tuple(d for d in os.environ.get(DEFINES_ENV, "").replace(",", " ").split() if d)
     for d in defines:
         if not re.fullmatch(r"RMSNORM_[A-Z0-9_]+(=-?\w+)?", d):
