@@ -297,3 +297,21 @@ def test_a_run_that_pytest_ends_with_an_internal_error_still_reports_what_it_che
     assert "INTERNALERROR" in out and "internal_error_plugin: an error of pytest's own" in out, out[-3000:]
     report = out.split("the report from what the workers recorded:", 1)[1]
     assert "lane: CPU" in report and "law " in report and "rmsnorm gate SET-UP ERROR" in report, out[-3000:]
+
+
+def test_a_forward_only_target_is_judged_through_autograd_of_its_forward():
+    """A module without the card's backward whose y carries an autograd graph is trained through: its gradients
+    are judged as autograd gives them. A wrong custom backward fails (it once passed, every backward law skipped
+    as "target has no backward"); torch's own ops pass; a forward whose y carries no graph is still not judged."""
+    bad = tgt.load(TargetSpec.parse("module:tests.targets.autograd_wrong_backward"), "cpu")
+    good = tgt.load(TargetSpec.parse("module:tests.targets.torch_native"), "cpu")
+    assert bad.has_backward and good.has_backward and not bad.own_backward
+    assert "judged through autograd of its forward" in bad.note
+    case = Case(shape=(4, 64), dtype="float32", weight_dtype="float32", seed=3)
+    laws.run_law(good, "backward_matches_reference", case)
+    laws.run_law(good, "gradcheck", Case(shape=(3, 16), dtype="float64", weight_dtype="float64", seed=3))
+    with pytest.raises(LawFailure, match="grad_x"):
+        laws.run_law(bad, "backward_matches_reference", case)
+    detached = types.ModuleType("detached")
+    detached.forward = lambda x, w, eps: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w).detach()
+    assert not tgt.differentiable_forward(detached, torch.device("cpu"))

@@ -117,6 +117,35 @@ def run_while_short_of_memory(run, *, total: int, wait_s: float, step_s: float, 
             waits += 1
 
 
+class EpsMemo:
+    """The card's backward gets inv_rms, not eps; a target differentiated through its forward needs eps.
+    Forward records it by x's identity (pointer, shape, strides, dtype); a backward whose x no forward saw
+    (a bad-input call) recovers eps per row from inv_rms instead."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._eps: dict[tuple, float] = {}
+
+    @staticmethod
+    def _key(x):
+        return (x.device, x.dtype, x.data_ptr(), tuple(x.shape), tuple(x.stride()))
+
+    def record(self, x, eps: float) -> None:
+        self._eps.pop(self._key(x), None)
+        self._eps[self._key(x)] = eps
+        while len(self._eps) > self.size:
+            self._eps.pop(next(iter(self._eps)))
+
+    def eps_for(self, x, inv_rms):
+        eps = self._eps.get(self._key(x))
+        if eps is not None:
+            return eps
+        x64 = x.detach().to(torch.float64)
+        ms = (x64 * x64).mean(-1, keepdim=True)
+        inv = inv_rms.detach().to(torch.float64).reshape(ms.shape)
+        return (1 / (inv * inv) - ms).clamp_min(0).to(torch.promote_types(x.dtype, torch.float32))
+
+
 @dataclass
 class Target:
     module: ModuleType
@@ -135,12 +164,22 @@ class Target:
     interpreted: bool = False  # its kernels run under Triton's interpreter (harness.running.spec)
     # dtype -> why its calls are not judged where they run (NotJudged): the calls of x in it are not made.
     not_judged: dict = field(default_factory=dict)
+    # The module has no backward, but its forward's y carries a graph (an autograd.Function, torch ops), which
+    # a model trains through: the backward laws judge torch.autograd.grad of it, with the eps of the forward
+    # that saw x (harness.running.loading's probe sets this).
+    grads_by_autograd: bool = False
+    _eps: EpsMemo = field(default_factory=EpsMemo)
 
     def __post_init__(self) -> None:
         self.calls, self._seen = [], set()
 
     @property
     def has_backward(self) -> bool:
+        return self.own_backward or self.grads_by_autograd
+
+    @property
+    def own_backward(self) -> bool:
+        """The module has the card's backward(grad_out, x, weight, inv_rms) (not only autograd through forward)."""
         return callable(getattr(self.module, "backward", None))
 
     @property
@@ -227,6 +266,8 @@ class Target:
 
     def forward(self, x, weight, eps):
         """(y, inv_rms or None), with the outputs' form checked."""
+        if self.grads_by_autograd:
+            self._eps.record(x, eps)
         out = self.call("forward", self.module.forward, x, weight, eps)
         if isinstance(out, torch.Tensor):
             y, inv = out, None
@@ -251,8 +292,9 @@ class Target:
 
     def backward(self, grad_out, x, weight, inv):
         if not self.has_backward:
-            raise NotApplicable("target has no backward")
-        out = self.call("backward", self.module.backward, grad_out, x, weight, inv)
+            raise NotApplicable("target has no backward, and its forward's output carries no autograd graph")
+        own = getattr(self.module, "backward", None)
+        out = self.call("backward", own if callable(own) else self._autograd_backward, grad_out, x, weight, inv)
         if not (isinstance(out, (tuple, list)) and len(out) >= 2):
             raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
         gx, gw = out[0], out[1]
@@ -264,6 +306,40 @@ class Target:
         check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
         check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
         return gx, gw
+
+
+    def _autograd_backward(self, grad_out, x, weight, inv):
+        """(grad_x, grad_weight) by torch.autograd.grad through the module's forward, as a model trains through
+        it; a gradient autograd leaves unset (an input the graph does not reach) is zeros, which the laws judge."""
+        eps = self._eps.eps_for(x, inv)
+        if isinstance(eps, torch.Tensor):  # no forward saw this x: the eps its inv_rms implies, one value
+            eps = float(eps.flatten().median()) if eps.numel() else 0.0
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_()
+            wg = weight.detach().requires_grad_()
+            out = self.module.forward(xg, wg, eps)
+            y = out if isinstance(out, torch.Tensor) else out[0]
+            gx, gw = torch.autograd.grad(y, (xg, wg), grad_out.to(y.dtype), allow_unused=True)
+        return (torch.zeros_like(x) if gx is None else gx), (torch.zeros_like(weight) if gw is None else gw)
+
+
+def differentiable_forward(module, device: torch.device) -> bool:
+    """Whether a module without a backward has a forward whose y carries an autograd graph: tried on two rows
+    of 8 in the first dtype it accepts (float32, float64, bfloat16, float16)."""
+    if callable(getattr(module, "backward", None)):
+        return False
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        x = torch.randn(2, 8, device=device, dtype=dtype).requires_grad_()
+        w = torch.ones(8, device=device, dtype=dtype).requires_grad_()
+        try:
+            with torch.enable_grad():
+                out = module.forward(x, w, 1e-6)
+        except Exception:  # noqa: BLE001 - a refusal of this dtype: the next one
+            continue
+        y = out if isinstance(out, torch.Tensor) else (
+            out[0] if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) else None)
+        return y is not None and y.requires_grad
+    return False
 
 
 def kernel_line(e: BaseException) -> str:

@@ -11,7 +11,7 @@ import torch
 
 import rmsnorm
 from harness.judging.contract import of_target
-from harness.judging.target import Target
+from harness.judging.target import Target, differentiable_forward
 from harness.running.spec import TargetSpec
 from rmsnorm import _build as build
 
@@ -80,6 +80,9 @@ def load(spec: TargetSpec, device: str, strict: bool | None = None) -> Target:
         raise RuntimeError("device cuda was asked for, but torch sees no GPU here")
     t = Target(module=module, spec=spec, device=dev, strict=strict, has_ops=has_ops, note=note)
     t.variant = of_target(module, spec).variant  # the call form its laws judge (harness.judging.variant)
+    if spec.kind in ("module", "sources") and t.variant.plain and differentiable_forward(module, dev):
+        t.grads_by_autograd = True
+        t.note = f"{note}; no backward: its gradients judged through autograd of its forward"
     return t
 
 

@@ -37,6 +37,8 @@ import os
 
 import torch
 
+from harness.judging.target import EpsMemo
+
 FLOAT32_ONLY_NOTE = ("computes in float32 at most (it upcasts to float32, not to float64): float64 input is "
                      "outside what it is meant for")
 
@@ -50,35 +52,6 @@ def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tens
     return weight * hidden.to(input_dtype)
 
 
-class _EpsMemo:
-    """The card's backward gets inv_rms, not eps; a peer that differentiates through its forward
-    needs eps. Forward records it by x's identity (pointer, shape, strides, dtype); a backward
-    whose x no forward saw (a bad-input call) recovers eps per row from inv_rms instead."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._eps: dict[tuple, float] = {}
-
-    @staticmethod
-    def _key(x):
-        return (x.device, x.dtype, x.data_ptr(), tuple(x.shape), tuple(x.stride()))
-
-    def record(self, x, eps: float) -> None:
-        self._eps.pop(self._key(x), None)
-        self._eps[self._key(x)] = eps
-        while len(self._eps) > self.size:
-            self._eps.pop(next(iter(self._eps)))
-
-    def eps_for(self, x, inv_rms):
-        eps = self._eps.get(self._key(x))
-        if eps is not None:
-            return eps
-        x64 = x.detach().to(torch.float64)
-        ms = (x64 * x64).mean(-1, keepdim=True)
-        inv = inv_rms.detach().to(torch.float64).reshape(ms.shape)
-        return (1 / (inv * inv) - ms).clamp_min(0).to(torch.promote_types(x.dtype, torch.float32))
-
-
 class Peer:
     """A peer as a target module: forward(x, weight, eps) and backward(grad_out, x, weight, inv)."""
 
@@ -88,7 +61,7 @@ class Peer:
         self.__name__ = f"peer:{name}"
         self.name = name
         self.allow_float64 = allow_float64
-        self.memo = _EpsMemo()
+        self.memo = EpsMemo()
         if contract is not None:
             self.RMSNORM_CONTRACT = contract  # harness.judging.contract: drawn only inside it, held to it
 

@@ -20,6 +20,7 @@ harness.judging.judge; what the laws share is harness.judging.laws.common.
 
 from __future__ import annotations
 
+from harness.judging import judge
 from harness.judging.cases import Case
 from harness.judging.target import NotApplicable, Target
 from harness.judging.laws.registry import LAWS, Law, law  # noqa: F401
@@ -32,5 +33,6 @@ def run_law(target: Target, name: str, case: Case, **kw) -> dict:
     why = law_.applicable(target)
     if why:
         raise NotApplicable(why)
+    judge.finite_poison_filled(False)  # no fill of this law's yet (common.poison)
     return law_.fn(target, case, **kw) or {}
 

@@ -22,6 +22,7 @@ def poison(device, nbytes: list[int], byte: int = POISON_NAN) -> None:
     """Fill and free blocks of the outputs' sizes, and of fractions of the largest (where a
     target's scratch buffers tend to fall), so the allocator hands the target memory that shows
     where it never wrote. byte: POISON_NAN or POISON_FINITE."""
+    judge.finite_poison_filled(byte != POISON_NAN)
     sizes = [nb + nb % 2 for nb in nbytes if nb > 0]
     if sizes:
         sizes += [(max(sizes) >> k) & ~1 for k in range(1, 7) if max(sizes) >> k >= 256]

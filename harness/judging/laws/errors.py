@@ -56,7 +56,7 @@ def bad_inputs_raise_cleanly(target: Target, case: Case, kind: str = ""):
     and CUDA context keep working: a valid call afterwards is still right. Every kind of bad input
     is tried on each case (or only `kind`), so that no kind depends on which cases were drawn."""
     kinds = [kind] if kind else [k for k in BAD_INPUTS if (k != "device_mismatch" or target.is_cuda)
-                                 and (k not in ("grad_shape", "inv_shape") or target.has_backward)]
+                                 and (k not in ("grad_shape", "inv_shape") or target.own_backward)]
     t = materialize(case, target.device)
     raised = 0
     for k in kinds:
