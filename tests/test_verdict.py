@@ -299,7 +299,7 @@ def test_a_run_that_pytest_ends_with_an_internal_error_still_reports_what_it_che
     assert "lane: CPU" in report and "law " in report and "rmsnorm gate SET-UP ERROR" in report, out[-3000:]
 
 
-def test_a_forward_only_target_is_judged_through_autograd_of_its_forward():
+def test_a_forward_only_target_is_judged_through_autograd_of_its_forward(tmp_path):
     """A module without the card's backward whose y carries an autograd graph is trained through: its gradients
     are judged as autograd gives them. A wrong custom backward fails (it once passed, every backward law skipped
     as "target has no backward"); torch's own ops pass; a forward whose y carries no graph is still not judged."""
@@ -312,6 +312,9 @@ def test_a_forward_only_target_is_judged_through_autograd_of_its_forward():
     laws.run_law(good, "gradcheck", Case(shape=(3, 16), dtype="float64", weight_dtype="float64", seed=3))
     with pytest.raises(LawFailure, match="grad_x"):
         laws.run_law(bad, "backward_matches_reference", case)
+    code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.autograd_wrong_backward",
+                     "--corpus", str(tmp_path), "--", "-k", "test_backward_matches_reference and not large and not tall"])
+    assert code == 1 and "its gradients are judged through torch.autograd.grad of its forward" in out, out[-3000:]
     detached = types.ModuleType("detached")
     detached.forward = lambda x, w, eps: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w).detach()
     assert not tgt.differentiable_forward(detached, torch.device("cpu"))

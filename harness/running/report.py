@@ -154,6 +154,9 @@ def summary_lines(t: Tally, skipped: list[tuple[str, str]]) -> list[str]:
         lines.append(_state.current().contract(judged_only=False).describe())
     except Exception:  # noqa: BLE001 - the target did not load: the set-up error says why
         pass
+    if t.grads_by_autograd:
+        lines.append("backward: the target has none of the card's form; its gradients are judged through "
+                     "torch.autograd.grad of its forward, as a model trains through it")
     if spec.interpreted(_state.device()):
         lines += interpreter_lines(t)
     if skipped:

@@ -160,6 +160,8 @@ class Session:
             runner.start()  # a target that does not load raises here, and the next call tries again
             atexit.register(runner.stop)
             self._runner = runner
+            if runner.info.get("grads_by_autograd"):
+                self.tally.grads_by_autograd = True
             if runner.info.get("interpreted"):
                 probe = runner.info.get("interpreter") or {}
                 self.tally.interpreted = True

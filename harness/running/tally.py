@@ -62,6 +62,7 @@ class Tally:
         # worker measured, the dtypes it cannot judge there and why, the saved cases past its caps, and
         # what it could not run (the target is then not judged at all).
         self.interpreted = False
+        self.grads_by_autograd = False  # the target has no backward: its gradients judged through autograd
         self.interpreter: dict = {}
         self.not_judged_why: dict[str, str] = {}
         self.outside_caps: dict[str, list[str]] = defaultdict(list)
@@ -125,6 +126,7 @@ class Tally:
             "classes": self.classes,
             "contradicted": self.contradicted,
             "interpreted": self.interpreted,
+            "grads_by_autograd": self.grads_by_autograd,
             "interpreter": self.interpreter,
             "not_judged_why": self.not_judged_why,
             "outside_caps": {k: v for k, v in self.outside_caps.items()},
@@ -176,6 +178,7 @@ class Tally:
             if worst[0] > self.worst_error.get(key, (0.0,))[0]:
                 self.worst_error[key] = tuple(worst)
         self.interpreted = self.interpreted or bool(d.get("interpreted"))
+        self.grads_by_autograd = self.grads_by_autograd or bool(d.get("grads_by_autograd"))
         self.interpreter = self.interpreter or d.get("interpreter", {})
         for dtype, why in d.get("not_judged_why", {}).items():
             self.not_judged_why.setdefault(dtype, why)

@@ -252,6 +252,7 @@ def _child(conn, spec: str, device: str, strict: bool | None, env: dict | None =
         t.not_judged = dict(probe["not_judged"])
         t.calls = []
     _tell(conn, {"status": "ready", "note": t.note, "strict": t.strict, "has_backward": t.has_backward,
+               "grads_by_autograd": t.grads_by_autograd,
                "contract": declared,
                "has_ops": t.has_ops, "device": str(t.device),
                "gpu": torch.cuda.get_device_name(t.device) if t.is_cuda else None,
