@@ -52,11 +52,11 @@ def test_float64_computed_in_float32_is_named(tmp_path):
     assert "the float64 input appears to be computed at float32 precision" in out, out[-4000:]
 
 
-@pytest.mark.slow("its three backward laws fail on their first case, each then shrunk, saved and replayed through "
-                  "the worker (9-19 s alone, 65 s in the test line beside the mutation score and the installs)")
+@pytest.mark.slow("its backward law fails on its first case, then shrunk, saved and replayed through the worker (the "
+                  "large and tall laws say the same at more cost: 39 s for the three in the test line)")
 def test_grad_x_written_into_grad_out_is_named(tmp_path):
     code, out = run(["-m", "harness", "gate", "--device", "cpu", "--target", "module:tests.targets.grad_x_in_grad_out",
-                     "--corpus", str(tmp_path), "--", "-k", "test_backward_matches_reference"])
+                     "--corpus", str(tmp_path), "--", "-k", "test_backward_matches_reference and not large and not tall"])
     assert code == 1, out[-4000:]
     assert "backward returned grad_x in the memory of its input grad_out: it overwrites grad_out in place" in out
 
