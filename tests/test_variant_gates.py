@@ -28,6 +28,8 @@ KEYS = [
     ("gemma", ["variant_forward_matches_reference", "follows_declared_order"],
      "weight (1 + w); order multiply_in_float32"),
     ("no_weight", ["variant_forward_matches_reference", "variant_backward_matches_reference"], "no weight"),
+    ("fused_add_float64", ["variant_forward_matches_reference", "follows_declared_order"],
+     "fused residual add, in_place (float32 sum normalised, residual stream in float32); order multiply_in_float32"),
 ]
 
 
@@ -57,6 +59,10 @@ BUGS = [
     ("bug_residual_not_written_back", "variant_forward_matches_reference", "the sum was never written back"),
     ("bug_offset_twice", "variant_forward_matches_reference", "the offset applied twice"),
     ("bug_offset_dropped", "variant_forward_matches_reference", "the offset (1 + w) left out of the forward"),
+    # Found by a bug hunt, not an upstream report: a float32 stream's gradient held to x's 16 bits passed,
+    # and an in-place form was handed contiguous copies of padded and row_step inputs.
+    ("bug_residual_grad_rounded", "variant_backward_matches_reference", "grad_residual: "),
+    ("bug_in_place_row_stride_ignored", "variant_forward_matches_reference", "residual_out (the sum): "),
 ]
 
 

@@ -40,7 +40,16 @@ def _inputs(target: Target, case: Case) -> var.Inputs:
 
 
 def _clone(t):
-    return None if t is None else t.clone()
+    """A copy in t's own layout (sizes, strides, storage offset, and what its gaps hold) for a target that
+    writes in place: Tensor.clone() makes a tensor with gaps contiguous, so an in-place target was never
+    handed a padded, row_step, col_step or offset x or residual."""
+    if t is None:
+        return None
+    if t.numel() == 0 or t.is_contiguous() or any(s < 0 or (s == 0 and n > 1) for n, s in zip(t.shape, t.stride())):
+        return t.clone()  # elements sharing memory (a stride of 0) are no place to write outputs
+    end = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    whole = t.new_empty(0).set_(t.untyped_storage(), 0, (end,), (1,))
+    return whole.clone().as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def _forward(target: Target, inp: var.Inputs, eps: float, case: Case, *, label: str = "",
@@ -209,8 +218,13 @@ def variant_backward_matches_reference(target: Target, case: Case):
     gw_dtype = inp.weight.dtype if inp.weight is not None else torch.float32
     bx, bw = tol.backward_bounds(gy, s, w_eff, stats, stats.d_inv, ref["x"], ref.get("weight", torch.zeros(case.n,
                                  dtype=torch.float64)), gw_dtype)
-    if v.residual == "returned":  # the returned sum's gradient is added in, then rounded to each input's dtype
-        bx = bx + (inp.grad_residual.to(torch.float64).abs() + ref["x"].abs()) * tol.unit_roundoff(inp.x.dtype)
+    # The returned sum's gradient is added in, then rounded to each input's own dtype: a float32 residual
+    # stream's gradient is held to float32, not to x's 16 bits.
+    bres = bx
+    if v.residual == "returned":
+        gres = inp.grad_residual.to(torch.float64).abs()
+        bres = bx + (gres + ref["residual"].abs()) * tol.unit_roundoff(inp.residual.dtype)
+        bx = bx + (gres + ref["x"].abs()) * tol.unit_roundoff(inp.x.dtype)
     rows = judge.row_mask(stats.grad_verifiable, inp.x.shape)
     msgs = list(overwritten)
     for name in got:
@@ -218,8 +232,8 @@ def variant_backward_matches_reference(target: Target, case: Case):
         if g is None:
             msgs.append(judge.Mismatch(name, [f"grad_{name}: no gradient reached {name} through the forward"]))
             continue
-        bound = bw if name == "weight" else bx
-        if name == "residual":
+        bound = {"weight": bw, "residual": bres}.get(name, bx)
+        if name == "residual" and v.residual != "returned":
             bound = bound + ref["residual"].abs() * tol.unit_roundoff(inp.residual.dtype)
         analysis = bound
         for e in eagers:
@@ -360,7 +374,11 @@ def variant_aliased_residual(target: Target, case: Case):
             raise LawFailure(f"an in-place fused add took a residual that is {what} and wrote both outputs into "
                              f"memory they share; expected a clear error\n  case: {case.short()}")
         exp = var.expect_forward(v, values[0], inp.weight, case.eps, values[1])
-        msgs = [judge.compare(f"[residual {what}] y", out["y"], exp.y_ref, exp.bound_y),
+        # Rows whose statistics leave float32's range (a zero sum with an eps float32 flushes) have no one
+        # right answer: left out here as variant_forward_matches_reference leaves them out.
+        msgs = [judge.compare(f"[residual {what}] y", out["y"], exp.y_ref, exp.bound_y,
+                              check=judge.row_mask(exp.rows_ok, shape), nan_ok=judge.row_mask(exp.nonfinite, shape),
+                              input_dtype=inp.x.dtype),
                 judge.compare(f"[residual {what}] residual_out", out["residual_out"], exp.res_ref, exp.bound_res)]
         if not torch.equal(_bits(x), _bits(values[0])):
             msgs.append(f"[residual {what}] x changed during the call: the target wrote through the alias")
@@ -483,8 +501,11 @@ def follows_declared_order(target: Target, case: Case):
         kw["sum_in"] = v.sum
     dt = inp.x.dtype
     rel = ORDER_WINDOW_ULPS[dt] * 2.0 ** -24
-    rows_ok = torch.isfinite(inp.x.to(torch.float64)).all(-1) & torch.isfinite(
-        var.normalised_input(v, inp.x, inp.residual).to(torch.float64)).all(-1)
+    # Rows whose statistics leave float32's range (a zero sum beside an eps that float32 flushes) have no one
+    # right answer in float32: a kernel in float64 gives 0 where the order's float32 emulation gives NaN.
+    s_in = var.normalised_input(v, inp.x, inp.residual)
+    rows_ok = (torch.isfinite(inp.x.to(torch.float64)).all(-1) & torch.isfinite(s_in.to(torch.float64)).all(-1)
+               & tol.row_stats(s_in, case.eps).verifiable.reshape(inp.x.shape[:-1]))
     window = orders.order_window(inp.x, inp.weight, case.eps, order=v.order, rel=rel, **kw)
     lo, hi, nan = (t[rows_ok] if t.dim() else t for t in window)
     misses = orders.window_misses(y.detach()[rows_ok].cpu() if y.is_cuda else y.detach()[rows_ok], (lo.cpu(), hi.cpu(),
