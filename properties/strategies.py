@@ -198,7 +198,7 @@ def _cases(draw, dtypes, layouts, patterns, eps, shape_kw, grad_layouts, weight_
         pattern=draw(st.sampled_from(patterns)),
         weight_pattern=_weight_pattern(weight_patterns, seed),
         seed=seed,
-        grad_pattern=_grad_pattern(seed),
+        grad_pattern=_grad_pattern(seed, many_rows=math.prod(shape[:-1]) >= 1024),
         weight_layout=_weight_layout(seed, shape[-1], c.drawn_weight_layouts, force=force_weight),
     )
     now = session.current().contract()
@@ -327,10 +327,14 @@ def _weight_layout(seed: int, n: int, allowed, force: bool = False) -> str:
     return pick if pick in allowed and layout_possible(pick, (n,)) else "contiguous"
 
 
-def _grad_pattern(seed: int) -> str:
+def _grad_pattern(seed: int, many_rows: bool = False) -> str:
     """grad_out like y (a row reduction of same-signed terms) 1 case in 3, by the seed (a digit of
-    it that the weight's choice does not use, so every weight meets it)."""
-    return GRAD_PATTERNS[1] if (seed // 8) % 3 == 1 else GRAD_PATTERNS[0]
+    it that the weight's choice does not use, so every weight meets it); 2 in 3 where the case has
+    thousands of rows. There grad_weight's sum over the rows adds same-signed terms, one a row, so a
+    partial sum kept in a 16-bit type stops growing once its spacing passes the terms; with signs
+    drawn at random its error stays near the rounding every correct kernel is allowed."""
+    digit = (seed // 8) % 3
+    return GRAD_PATTERNS[1] if digit == 1 or (many_rows and digit == 2) else GRAD_PATTERNS[0]
 
 
 def cases(*, dtypes=DTYPE_ORDER, layouts=LAYOUTS, grad_layouts=LAYOUTS, patterns=PATTERNS, eps=None,
@@ -459,7 +463,8 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
         "beyond_2_31_elements": huge_cases,
         "row_offsets_past_2_31": far_rows_cases,
         "backward_matches_reference_large": expensive_cases,
-        "backward_matches_reference": lambda: cases(),
+        # One case in three with thousands of rows (bulk): grad_weight's sum over them.
+        "backward_matches_reference": lambda: cases(bulk=True),
         "gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",),
                                    grad_layouts=("contiguous",)),
         "autograd_grad_out": lambda: cases(patterns=("normal", "uniform", "spike")),
@@ -484,7 +489,7 @@ def strategy_for(law: str) -> st.SearchStrategy[Case]:
         "cuda_graph_equals_eager": lambda: cases(max_elements=1 << 14, patterns=("normal",)),
         "variant_forward_matches_reference": lambda: cases(),
         "variant_every_output_written": lambda: cases(patterns=("normal", "uniform", "spike", "constant")),
-        "variant_backward_matches_reference": lambda: cases(patterns=("normal", "uniform", "spike")),
+        "variant_backward_matches_reference": lambda: cases(patterns=("normal", "uniform", "spike"), bulk=True),
         "variant_gradcheck": lambda: cases(max_elements=64, patterns=("normal",), layouts=("contiguous",)),
         "variant_outputs_kept": lambda: cases(min_rows=1, max_elements=1 << 14),
         "variant_bad_inputs_raise": lambda: cases(max_elements=4096, patterns=("normal",)),
