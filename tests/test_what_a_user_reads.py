@@ -73,6 +73,22 @@ def test_a_nan_that_spread_from_another_row_is_named_as_that_never_as_unwritten(
     assert "never written" not in messages, messages
 
 
+def test_nan_read_from_a_strided_weights_gaps_is_named_as_the_stride_ignored():
+    """A kernel that reads a strided weight as if contiguous reads the NaN the gate keeps in its gaps: the
+    diagnosis names the stride, never a NaN spread from another row or a statistic off by a factor of 1."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 16, dtype=torch.float32)
+    x[2, 5] = float("inf")  # another row's non-finite input: the spread diagnosis must not claim the NaN
+    store = torch.full((32,), float("nan"))
+    store[::2] = torch.randn(16)
+    weight = store[::2]
+    read = store[:16]  # what a kernel that ignores the stride reads: every other element a gap
+    y, inv = paired_rows.correct_torch.forward(x, read, 1e-6)
+    messages = "\n".join(m for mismatch in judge.judge_forward(y, inv, x, weight, 1e-6) for m in mismatch.messages)
+    assert "the weight read in storage order as if it were contiguous: its stride [2] was ignored" in messages, messages
+    assert "spread" not in messages and "factor" not in messages, messages
+
+
 def test_elements_that_hold_the_poison_are_named_never_written():
     torch.manual_seed(0)
     x = torch.randn(4, 64, dtype=torch.float16)

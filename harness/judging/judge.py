@@ -191,20 +191,23 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=
     if int(poison.sum()):
         out.append(f"{int(poison.sum())} of the {nbad} wrong elements still hold the poison the output memory was "
                    "filled with before the call, bit for bit: never written")
-    spread = _spread(got, ref, bad_c & ~poison, nonfinite_rows)
-    if spread:
-        out.append(spread)
     g = got.detach().to(torch.float64).cpu()
     r, bnd = ref.cpu(), bound.cpu()
 
     def matches(alt, where):
         a = alt.detach().to(torch.float64).cpu()
-        return (_explains(g, a, r, bnd) | ((g == a) & ~torch.isfinite(a))) & where
+        same_nonfinite = ((g == a) | (torch.isnan(g) & torch.isnan(a))) & ~torch.isfinite(a)
+        return (_explains(g, a, r, bnd) | same_nonfinite) & where
 
-    for desc, alt in alternatives:
-        if tuple(alt.shape) == tuple(g.shape) and int(matches(alt, bad_c).sum()) >= max(1, 0.9 * nbad):
-            out.append(desc)
-            break
+    explained = next((desc for desc, alt in alternatives
+                      if tuple(alt.shape) == tuple(g.shape) and int(matches(alt, bad_c).sum()) >= max(1, 0.9 * nbad)),
+                     None)
+    # A NaN that an alternative reproduces (a strided weight's gaps read) did not spread from another row.
+    spread = None if explained else _spread(got, ref, bad_c & ~poison, nonfinite_rows)
+    if spread:
+        out.append(spread)
+    if explained:
+        out.append(explained)
     shifted = _neighbour(g, r, bnd, bad_c)
     if shifted:
         out.append(shifted)
@@ -259,6 +262,8 @@ def _row_scaled(g, r, bnd, bad) -> str | None:
             return None
         f = float((g2[i][ok] / r2[i][ok]).median())
         wrong = ok & bad2[i]
+        if not bool(wrong.any()) or bool((bad2[i] & ~ok).any()):
+            return None  # a wrong inf or NaN is no multiple of the reference: no factor tells of it
         if (not math.isfinite(f) or not bool(((g2[i] - f * r2[i]).abs() <= b2[i])[ok].all())
                 or not bool(_explains(g2[i], f * r2[i], r2[i], b2[i])[wrong].all())):
             return None
@@ -448,6 +453,10 @@ def judge_forward(y, inv, x, weight, eps, *, label: str = "", exp: Forward | Non
     if alt_x is not None:
         alts.append((f"y equals the result for x read in storage order as if it were contiguous: the strides "
                      f"{list(x.stride())} of x were ignored", forward_ref(alt_x, weight, eps)[0]))
+    alt_w = _strides_ignored(weight) if weight is not None else None
+    if alt_w is not None:  # a strided weight's gaps hold NaN: read them and y shows it
+        alts.append((f"y equals the result for the weight read in storage order as if it were contiguous: its "
+                     f"stride {list(weight.stride())} was ignored", forward_ref(x, alt_w, eps)[0]))
     msgs = [compare(f"{label}y", y, exp.y_ref, exp.bound_y, check=row_mask(exp.rows_ok, x.shape),
                     nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype, analysis=exp.analysis_y,
                     nonfinite_rows=exp.nonfinite)]
@@ -520,12 +529,12 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
     exp = expect_backward(grad_out, x, weight, eps, inv, gw.dtype)
     nonfinite = row_mask(~exp.stats.finite, x.shape)
     alts = []
-    for what, t in (("x", x), ("grad_out", grad_out)):
-        alt = _strides_ignored(t)
+    for what, t in (("x", x), ("grad_out", grad_out), ("the weight", weight)):
+        alt = _strides_ignored(t) if t is not None else None
         if alt is not None:
-            a = (grad_out, alt) if what == "x" else (alt, x)
+            a = {"x": (grad_out, alt, weight), "grad_out": (alt, x, weight)}.get(what, (grad_out, x, alt))
             alts.append((f"grad_x equals the result for {what} read in storage order as if it were contiguous: the "
-                         f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, weight, eps)[0]))
+                         f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, eps)[0]))
     msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=row_mask(exp.rows_ok, x.shape),
                     strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype,
                     nonfinite_rows=~exp.stats.finite,
