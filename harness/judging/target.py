@@ -293,8 +293,8 @@ class Target:
     def backward(self, grad_out, x, weight, inv):
         if not self.has_backward:
             raise NotApplicable("target has no backward, and its forward's output carries no autograd graph")
-        own = getattr(self.module, "backward", None)
-        out = self.call("backward", own if callable(own) else self._autograd_backward, grad_out, x, weight, inv)
+        fn = self.module.backward if self.own_backward else self._autograd_backward
+        out = self.call("backward", fn, grad_out, x, weight, inv)
         if not (isinstance(out, (tuple, list)) and len(out) >= 2):
             raise LawFailure(f"backward returned {type(out).__name__}; expected (grad_x, grad_weight)")
         gx, gw = out[0], out[1]
@@ -306,7 +306,6 @@ class Target:
         check_output("grad_x", gx, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
         check_output("grad_weight", gw, tuple(weight.shape), weight.dtype, weight.device, allow_wider=not self.strict)
         return gx, gw
-
 
     def _autograd_backward(self, grad_out, x, weight, inv):
         """(grad_x, grad_weight) by torch.autograd.grad through the module's forward, as a model trains through
