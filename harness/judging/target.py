@@ -308,18 +308,24 @@ class Target:
         return gx, gw
 
     def _autograd_backward(self, grad_out, x, weight, inv):
-        """(grad_x, grad_weight) by torch.autograd.grad through the module's forward, as a model trains through
-        it; a gradient autograd leaves unset (an input the graph does not reach) is zeros, which the laws judge."""
+        """grads_through the module's forward, with the eps of the forward that saw x."""
         eps = self._eps.eps_for(x, inv)
         if isinstance(eps, torch.Tensor):  # no forward saw this x: the eps its inv_rms implies, one value
             eps = float(eps.flatten().median()) if eps.numel() else 0.0
-        with torch.enable_grad():
-            xg = x.detach().requires_grad_()
-            wg = weight.detach().requires_grad_()
-            out = self.module.forward(xg, wg, eps)
-            y = out if isinstance(out, torch.Tensor) else out[0]
-            gx, gw = torch.autograd.grad(y, (xg, wg), grad_out.to(y.dtype), allow_unused=True)
-        return (torch.zeros_like(x) if gx is None else gx), (torch.zeros_like(weight) if gw is None else gw)
+        return grads_through(self.module.forward, grad_out, x, weight, eps)
+
+
+def grads_through(forward, grad_out, x, weight, eps):
+    """(grad_x, grad_weight) by torch.autograd.grad of y = forward(x, weight, eps) (or its first output), as a
+    model trains through it; a gradient autograd leaves unset (an input the graph does not reach) is zeros,
+    which the laws judge."""
+    with torch.enable_grad():
+        xg = x.detach().requires_grad_()
+        wg = weight.detach().requires_grad_()
+        out = forward(xg, wg, eps)
+        y = out if isinstance(out, torch.Tensor) else out[0]
+        gx, gw = torch.autograd.grad(y, (xg, wg), grad_out.to(y.dtype), allow_unused=True)
+    return (torch.zeros_like(x) if gx is None else gx), (torch.zeros_like(weight) if gw is None else gw)
 
 
 def differentiable_forward(module, device: torch.device) -> bool:
