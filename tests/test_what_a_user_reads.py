@@ -89,6 +89,42 @@ def test_nan_read_from_a_strided_weights_gaps_is_named_as_the_stride_ignored():
     assert "spread" not in messages and "factor" not in messages, messages
 
 
+def _backward(grad_out, x, weight, eps, *, mean_term=True, narrow=None):
+    """grad_x and grad_weight of RMSNorm in float64, its mean term left out or every step rounded to narrow."""
+    c = (lambda t: t.to(narrow).to(torch.float64)) if narrow else (lambda t: t)
+    dy, xd, w = (c(t.to(torch.float64)) for t in (grad_out, x, weight))
+    inv = c(torch.rsqrt(c((xd * xd).mean(-1, keepdim=True)) + eps))
+    g = c(dy * w)
+    gx = inv * g - (c(xd * c(inv ** 3) * c((xd * g).mean(-1, keepdim=True))) if mean_term else 0)
+    return c(gx).to(x.dtype), c((dy * xd * inv).sum(0)).to(weight.dtype)
+
+
+def _backward_messages(gx, gw, grad_out, x, weight, eps):
+    inv = torch.rsqrt(x.to(torch.float64).pow(2).mean(-1) + eps).to(x.dtype)
+    msgs, _ = judge.judge_backward(gx, gw, grad_out, x, weight, eps, inv)
+    return "\n".join(m for mismatch in msgs for m in mismatch.messages)
+
+
+@pytest.mark.parametrize("n", [9, 128, 1024])
+def test_a_backward_whose_row_statistic_is_off_is_never_called_a_narrower_precision(n):
+    """Backward eps ten times too large and a mean term left out move each row of grad_x by a * grad_out * weight
+    + b * x: errors that can be the size of bfloat16 rounding, once diagnosed as computed at bfloat16 precision.
+    A backward that is computed in bfloat16 still is."""
+    torch.manual_seed(n)
+    x, grad_out = torch.randn(4, n), torch.randn(4, n)
+    weight = torch.randn(n)
+    for wrong in (dict(eps=1e-1), dict(eps=1e-6, mean_term=False)):
+        gx, gw = _backward(grad_out, x, weight, **wrong)
+        messages = _backward_messages(gx, gw, grad_out, x, weight, 1e-6)
+        assert "grad_x: diagnosis: each wrong row's error is a combination of grad_out * weight and x" in messages, \
+            messages
+        assert "precision" not in messages, messages
+    gx, gw = _backward(grad_out, x, weight, 1e-6, narrow=torch.bfloat16)
+    messages = _backward_messages(gx, gw, grad_out, x, weight, 1e-6)
+    assert "grad_x: diagnosis: the errors are the size of bfloat16 rounding" in messages, messages
+    assert "combination" not in messages, messages
+
+
 def test_elements_that_hold_the_poison_are_named_never_written():
     torch.manual_seed(0)
     x = torch.randn(4, 64, dtype=torch.float16)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -63,6 +64,7 @@ def compare(
     input_dtype: torch.dtype | None = None,
     analysis: torch.Tensor | None = None,
     nonfinite_rows: torch.Tensor | None = None,
+    row_span: tuple[str, Callable[[], tuple[torch.Tensor, ...]]] | None = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -75,6 +77,10 @@ def compare(
     analysis: the rounding analysis' own bound, when `bound` was widened to eager PyTorch's error:
     a failure says where the worst element's bound came from. nonfinite_rows: the rows (leading dims)
     whose input holds inf or NaN, so that a NaN that spread from one of them into another row is told.
+    row_span: (the diagnosis, a function giving vectors of got's shape) when a statistic that is off moves each
+    row of got by a combination of those vectors, one set of factors per row: a failure whose error is such a
+    combination is named so, not as a narrower dtype's rounding ("{rows}" in the diagnosis: how many rows are
+    wrong; "{factors}": how many vectors).
     """
     out = Mismatch(name)
     if tuple(got.shape) != tuple(ref.shape):
@@ -133,7 +139,8 @@ def compare(
     if kinds:
         out.messages.append(f"{name}: of those, " + "; ".join(kinds))
     out.messages += [f"{name}: diagnosis: {d}" for d in diagnose(got, r, bound, bad, check & ref_finite, alternatives,
-                                                                      input_dtype or got.dtype, nonfinite_rows)]
+                                                                      input_dtype or got.dtype, nonfinite_rows,
+                                                                      row_span)]
     return out
 
 
@@ -182,7 +189,8 @@ def _poisoned(got: torch.Tensor) -> torch.Tensor:
     return nan | (b == POISON_FINITE).all(dim=-1)
 
 
-def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=None, nonfinite_rows=None) -> list[str]:
+def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=None, nonfinite_rows=None,
+             row_span=None) -> list[str]:
     """Explanations of a failure, each checked against the numbers (at most one per kind)."""
     out = []
     bad_c = bad.cpu()
@@ -214,6 +222,10 @@ def diagnose(got, ref, bound, bad, finite_checked, alternatives=(), input_dtype=
     scaled = _row_scaled(g, r, bnd, bad_c)
     if scaled:
         out.append(scaled)  # errors proportional to the values are not a narrower dtype's rounding
+        return out
+    spanned = _in_row_span(g, r, bnd, bad_c, row_span) if row_span else None
+    if spanned:
+        out.append(spanned)  # nor are errors that a few factors per row account for
         return out
     precision = _narrower_precision(input_dtype or got.dtype, g, r, finite_checked.cpu() & torch.isfinite(g), bad_c)
     if precision:
@@ -274,6 +286,38 @@ def _row_scaled(g, r, bnd, bad) -> str | None:
     return (f"each wrong row is the reference times one factor of its own ({len(factors)} row(s); row {i}: "
             f"{f:.7g}): the row's statistic is off (elements left out of the sum of squares, eps misapplied), "
             "not its rounding")
+
+
+SPAN_MIN_SPARE = 4  # a row fits k factors with at least this many elements to spare, or the fit is no evidence
+
+
+def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
+    """Every wrong row's error is a combination of the row's span vectors, with factors of its own: a row
+    statistic that is off (the forward's _row_scaled with more than one term). Rounding noise fits no such
+    combination: over more elements than factors, least squares leaves most of it."""
+    diagnosis, make = row_span
+    if g.dim() == 0 or not bool(bad.any()):
+        return None
+    vectors = make()
+    k = len(vectors)
+    if g.shape[-1] < k + SPAN_MIN_SPARE:
+        return None
+    g2, r2, b2, bad2 = (t.reshape(-1, t.shape[-1]) for t in (g, r, bnd, bad))
+    basis = torch.stack([v.detach().to(torch.float64).cpu().reshape(g2.shape) for v in vectors], dim=-1)
+    rows = bad2.any(-1).nonzero().flatten().tolist()
+    for i in rows[:64]:
+        a, ok = basis[i], torch.isfinite(g2[i]) & torch.isfinite(r2[i])
+        ok &= torch.isfinite(a).all(-1)
+        if bool((bad2[i] & ~ok).any()) or int(ok.sum()) < k + SPAN_MIN_SPARE:
+            return None  # a wrong inf or NaN is no combination of finite vectors
+        err = (g2[i] - r2[i])[ok]
+        coef = torch.linalg.lstsq(a[ok], err.unsqueeze(-1)).solution
+        fit = r2[i][ok] + (a[ok] @ coef).squeeze(-1)
+        if not bool(torch.isfinite(coef).all()) or not bool(((g2[i][ok] - fit).abs() <= b2[i][ok]).all()):
+            return None
+        if not bool(_explains(g2[i][ok], fit, r2[i][ok], b2[i][ok])[bad2[i][ok]].all()):
+            return None
+    return diagnosis.format(rows=len(rows), factors=k)
 
 
 def _neighbour(g, r, bnd, bad) -> str | None:
@@ -521,6 +565,36 @@ def expect_backward(grad_out, x, weight, eps, inv=None, gw_dtype=None) -> Backwa
     return Backward(gx_ref, gw_ref, bound_x, bound_w, stats, rows_ok, weight_rows_ok, analysis_x, analysis_w)
 
 
+def grad_x_span(grad_out, x, weight, x_name="x"):
+    """grad_x = inv * (g - x * inv^2 * mean(x * g)), g = grad_out * weight: an inv_rms, an eps, a divisor of the
+    mean or a mean term that is off moves each row by a * g + b * x, a and b the row's own."""
+    def vectors():
+        g = grad_out.detach().to(torch.float64)
+        if weight is not None:
+            g = g * weight.detach().to(torch.float64)
+        return g.expand(x.shape), x.detach().to(torch.float64).expand(x.shape)
+    return (f"each wrong row's error is a combination of grad_out * weight and {x_name} with factors of the row's "
+            "own ({rows} row(s)): a statistic of the row is off (inv_rms, eps, the mean of x * grad_out * weight or "
+            "its divisor N), not its rounding"), vectors
+
+
+SPAN_MAX_ROWS = 32  # grad_weight's span has a vector per row: past this many, rows are too many to fit
+
+
+def grad_weight_span(grad_out, x, inv):
+    """grad_weight = sum over rows of grad_out * x * inv: an inv_rms or eps that is off in some rows moves it by
+    a combination of those rows' terms, one factor per row."""
+    if x.dim() == 0 or x.numel() // max(1, x.shape[-1]) > SPAN_MAX_ROWS:
+        return None
+
+    def vectors():
+        t = grad_out.detach().to(torch.float64) * x.detach().to(torch.float64)
+        t = t * inv.detach().to(torch.float64).reshape(tuple(x.shape[:-1]) + (1,))
+        return tuple(t.reshape(-1, x.shape[-1]).unbind(0))
+    return ("grad_weight's error is a combination of the rows' grad_out * x * inv_rms, one factor for each of "
+            "the {factors} row(s): the statistic of some rows is off (inv_rms, eps), not the rounding"), vectors
+
+
 def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True,
                    measure: dict | None = None) -> tuple[list[Mismatch], int]:
     """grad_x and grad_weight against the float64 reference, given the inv_rms handed to the
@@ -537,13 +611,14 @@ def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", we
                          f"strides {list(t.stride())} of {what} were ignored", backward_ref(*a, eps)[0]))
     msgs = [compare(f"{label}grad_x", gx, exp.gx_ref, exp.bound_x, check=row_mask(exp.rows_ok, x.shape),
                     strict_nonfinite=False, nan_ok=nonfinite, alternatives=tuple(alts), input_dtype=x.dtype,
-                    nonfinite_rows=~exp.stats.finite,
-                    analysis=exp.analysis_x)]
+                    nonfinite_rows=~exp.stats.finite, analysis=exp.analysis_x,
+                    row_span=grad_x_span(grad_out, x, weight))]
     if weight_grad and exp.weight_comparable:
         any_nonfinite = bool((~exp.stats.finite).any())
         msgs.append(compare(f"{label}grad_weight", gw, exp.gw_ref, exp.bound_w, strict_nonfinite=False,
                             index_names=("col",), nan_ok=torch.full_like(exp.gw_ref, any_nonfinite, dtype=torch.bool),
-                            input_dtype=x.dtype, analysis=exp.analysis_w))
+                            input_dtype=x.dtype, analysis=exp.analysis_w,
+                            row_span=grad_weight_span(grad_out, x, exp.stats.inv)))
     if measure is not None and not msgs[0]:
         # Against grad_x's leading term, |grad_out * weight| * inv_rms, not against grad_x: where the
         # terms cancel (a row of one element, grad_out like y) what is left is no measure of rounding.

@@ -243,12 +243,16 @@ def variant_backward_matches_reference(target: Target, case: Case):
                     rowwise=name != "weight"))
         if name == "weight" and not bool(stats.verifiable.all()):
             continue  # grad_weight sums every row: compared only when every row is
+        # A row statistic that is off moves each gradient by the norm's terms (of s = x + residual).
+        span = judge.grad_weight_span(gy, s, stats.inv) if name == "weight" else judge.grad_x_span(
+            gy, s, w_eff, "x + residual" if v.residual != "none" else "x")
         msgs.append(judge.compare(f"grad_{name}", g, ref[name], bound, check=rows if name != "weight" else None,
                                   strict_nonfinite=False, nan_ok=judge.row_mask(~stats.finite, inp.x.shape)
                                   if name != "weight" else torch.full_like(ref[name], bool((~stats.finite).any()),
                                                                            dtype=torch.bool),
                                   index_names=("col",) if name == "weight" else ("row", "col"),
-                                  input_dtype=inp.x.dtype, analysis=analysis, alternatives=alts.get(name, ())))
+                                  input_dtype=inp.x.dtype, analysis=analysis, alternatives=alts.get(name, ()),
+                                  row_span=span))
     _fail(msgs, case, f"\n  variant: {v.describe()}")
     return {}
 
