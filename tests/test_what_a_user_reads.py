@@ -125,6 +125,26 @@ def test_a_backward_whose_row_statistic_is_off_is_never_called_a_narrower_precis
     assert "combination" not in messages, messages
 
 
+def test_an_in_place_add_into_a_contiguous_copy_is_named_for_y_and_the_sum():
+    """An in-place fused add that makes a strided x contiguous writes into the copy: y and the sum both still hold
+    what was passed in, and the diagnosis names both, with the stride that points at the copy."""
+    from harness.judging import variant as var
+
+    v = var.Variant(residual="in_place", sum="float32")
+    torch.manual_seed(1)
+    x = torch.randn(4, 64)[:, ::2]
+    residual = torch.randn(4, 32)
+    exp = var.expect_forward(v, x, torch.ones(32), 1e-6, residual)
+    alt_y, alt_res = var.alternatives(v, x, torch.ones(32), 1e-6, residual)
+    y_msg = judge.compare("y", x, exp.y_ref, exp.bound_y, alternatives=tuple(alt_y))
+    res_msg = judge.compare("residual_out", residual, exp.res_ref, exp.bound_res, alternatives=tuple(alt_res))
+    messages = "\n".join(y_msg.messages + res_msg.messages)
+    assert "y: diagnosis: y holds x as it was passed in: the normalised result was never written into x (x strided " \
+           "here: written into a contiguous copy" in messages, messages
+    assert "residual_out: diagnosis: residual_out holds the residual as it was passed in: the sum was never written " \
+           "back (x strided here" in messages, messages
+
+
 def test_elements_that_hold_the_poison_are_named_never_written():
     torch.manual_seed(0)
     x = torch.randn(4, 64, dtype=torch.float16)

@@ -204,7 +204,14 @@ def alternatives(variant: Variant, x, weight, eps, residual) -> tuple[list, list
         ys.append(("y is the norm of x alone: the residual left out of the sum that is normalised",
                    reference(dataclasses.replace(variant, residual="none", sum="float32", residual_dtype="x"), x,
                              weight, eps, None)[0]))
-        res.append(("residual_out holds the residual as it was passed in: the sum was never written back",
+        copied = ""
+        if variant.residual == "in_place":
+            strided = " and ".join(n for n, t in (("x", x), ("the residual", residual)) if not t.is_contiguous())
+            if strided:
+                copied = f" ({strided} strided here: written into a contiguous copy instead of the caller's memory?)"
+            ys.append(("y holds x as it was passed in: the normalised result was never written into x" + copied,
+                       x.detach().to(torch.float64)))
+        res.append(("residual_out holds the residual as it was passed in: the sum was never written back" + copied,
                     residual.detach().to(torch.float64)))
         if x.dtype in (torch.float16, torch.bfloat16) and variant.order != "all_in_dtype":
             other = "stored" if variant.sum == "float32" else "float32"
