@@ -58,7 +58,9 @@ def cause_of(message: str) -> str:
     of one kind group together: "strides [1, 1, 0, 1]" and "strides [2]" are one cause, "strides [N]"."""
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
     blanked = re.sub(r"(?<![A-Za-z_\d])-?\d+(\.\d+)?(e[+-]?\d+)?", "N", first)
-    return re.sub(r"N(?:\s*(?:,|×| x )\s*N)+", "N", blanked)[:200]
+    runs = re.sub(r"N(?:\s*(?:,|×| x )\s*N)+", "N", blanked)
+    # A one-element tuple keeps its comma, "(2,)": without it, "(N,)" and "(N)" would be two causes.
+    return re.sub(r"N\s*,\s*(?=[)\]])", "N", runs)[:200]
 
 
 def call_of(message: str) -> str:
@@ -106,10 +108,13 @@ def steps(r: Case, direction: str) -> list[tuple[str, str, Case]]:
         out.append((f"weight_layout={r.weight_layout}", "with a contiguous weight",
                     _moved(r, weight_layout="contiguous")))
     if r.n >= 1:
-        k = (r.n & -r.n) * 2  # the smallest power of two N is not a multiple of
-        if k <= 256:
+        # Each power of two N is not a multiple of, smallest first: a target that needs N % 8 refuses an odd N
+        # at N % 2 too, so judge() asks the next until one is accepted (it takes the first).
+        k = (r.n & -r.n) * 2
+        while k <= 256:
             n = r.n - r.n % k if r.n > k else k
             out.append((f"n%{k}", f"at N = {n}", _moved(r, shape=r.shape[:-1] + (n,))))
+            k *= 2
     if r.rows == 0:
         out.append(("zero_rows", "with one row", _moved(r, shape=(1, r.n))))
     elif r.rows > 2:
@@ -247,9 +252,12 @@ class Inference:
                                probes)
             return Finding(None, f"{law} refused a call it made from the case (a part of its rows, a contiguous copy, a "
                                  f"second call) while the case's own {direction} was accepted", probes)
-        boundary, nearest = [], None
+        boundary, nearest, multiple_found = [], None, False
         for cond, what, control in steps(r, direction):
+            if cond.startswith("n%") and multiple_found:
+                continue  # the smallest multiple accepted is the class; larger ones say nothing more
             ok = ask(control)
+            multiple_found |= bool(ok) and cond.startswith("n%")
             if ok and nearest is None:
                 nearest = f"the same case {what} was accepted"
             if ok and cond != "rows":
