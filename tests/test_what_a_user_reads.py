@@ -145,6 +145,39 @@ def test_an_in_place_add_into_a_contiguous_copy_is_named_for_y_and_the_sum():
            "back (x strided here" in messages, messages
 
 
+def _lenient_target(forward):
+    import types
+
+    from harness.judging.target import Target
+
+    module = types.SimpleNamespace(forward=forward)
+    return Target(module=module, spec=None, device=torch.device("cpu"), strict=False, has_ops=False, note="")
+
+
+def test_a_forward_whose_y_is_x_itself_fails_as_aliasing():
+    """A shortcut that returns x for an all-zero x has the right values: y in x's memory is the bug."""
+    x = torch.zeros(2, 8)
+    target = _lenient_target(lambda x, w, eps: x if not bool(x.any()) else x * 2)
+    from harness.judging.target import LawFailure
+
+    with pytest.raises(LawFailure, match="in the memory of its input x"):
+        target.forward(x, torch.ones(8), 1e-6)
+    target.forward(x + 1, torch.ones(8), 1e-6)  # a fresh y passes the check
+
+
+def test_a_y_wider_than_promotion_gives_fails_even_for_other_peoples_targets():
+    """A float32 y for a bfloat16 x and weight is no dtype any library returns (HF's float32 weight promotes to
+    float32: that stays allowed)."""
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    target = _lenient_target(lambda x, w, eps: x.float() * w.float())
+    from harness.judging.target import LawFailure
+
+    with pytest.raises(LawFailure, match="y: expected dtype torch.bfloat16, got torch.float32"):
+        target.forward(x, torch.ones(8, dtype=torch.bfloat16), 1e-6)
+    y, _ = target.forward(x, torch.ones(8, dtype=torch.float32), 1e-6)
+    assert y.dtype == torch.float32
+
+
 def test_elements_that_hold_the_poison_are_named_never_written():
     torch.manual_seed(0)
     x = torch.randn(4, 64, dtype=torch.float16)

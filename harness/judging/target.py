@@ -276,7 +276,12 @@ class Target:
             inv = out[1] if len(out) > 1 and isinstance(out[1], torch.Tensor) else None
         else:
             raise LawFailure(f"forward returned {type(out).__name__}; expected a Tensor or (y, inv_rms)")
-        check_output("y", y, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict)
+        if y.numel() and _same_memory(y, x):
+            raise LawFailure("forward returned y in the memory of its input x (x itself or a view of it): the "
+                             "caller's x changes whenever y is written, and y whenever x is")
+        # A wider y is what promotion gives (HF's float32 weight times a 16-bit x is float32), nothing wider.
+        wider = (torch.promote_types(x.dtype, weight.dtype),) if isinstance(weight, torch.Tensor) else ()
+        check_output("y", y, tuple(x.shape), x.dtype, x.device, allow_wider=not self.strict, wider=wider)
         if inv is not None:
             lead = tuple(x.shape[:-1])
             rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
@@ -381,16 +386,17 @@ _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.
           torch.float32: (torch.float64,), torch.float64: ()}
 
 
-def check_output(name, t, shape, dtype, device, *, allow_wider: bool = False) -> None:
+def check_output(name, t, shape, dtype, device, *, allow_wider: bool = False, wider: tuple | None = None) -> None:
     """Shape, device and dtype of an output. allow_wider (targets other than this project):
     a wider float dtype is accepted (e.g. float32 gradients for a bfloat16 weight, which
-    autograd casts back); its values are still compared."""
+    autograd casts back), only those in wider where it is given; its values are still compared."""
     if not isinstance(t, torch.Tensor):
         raise LawFailure(f"{name}: expected a Tensor, but got {type(t).__name__}")
     problems = []
     if tuple(t.shape) != tuple(shape):
         problems.append(f"shape {list(shape)}, got {list(t.shape)}")
-    if t.dtype != dtype and not (allow_wider and t.dtype in _WIDER.get(dtype, ())):
+    allowed = _WIDER.get(dtype, ()) if wider is None else tuple(d for d in wider if d in _WIDER.get(dtype, ()))
+    if t.dtype != dtype and not (allow_wider and t.dtype in allowed):
         problems.append(f"dtype {dtype}, got {t.dtype}")
     if t.device != torch.device(device):
         problems.append(f"device {device}, got {t.device}")
