@@ -277,3 +277,32 @@ def test_a_nondeterministic_error_of_the_harness_is_named_not_hidden(monkeypatch
     assert "[nondeterministic]" in got and "RuntimeError: law forward_matches_reference failed inside the harness: " \
         "OutOfMemoryError: CUDA out of memory" in got, got
     assert "unreliable results" not in got, got
+
+
+def test_a_backward_that_writes_into_its_saved_x_fails_gradcheck_as_the_targets_fault():
+    """gradcheck calls the backward again on the tensors autograd saved: one the target's backward wrote into
+    raised torch's RuntimeError inside the law, reported as the harness's own error."""
+    import types
+
+    from harness.judging.cases import Case
+    from harness.judging.laws import numerics
+    from harness.judging.target import LawFailure, Target
+    from harness.running.spec import TargetSpec
+
+    def forward(x, w, eps):
+        inv = torch.rsqrt((x.double() ** 2).mean(-1) + eps)
+        stat = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return (x.double() * inv[..., None] * w.double()).to(x.dtype), inv.to(stat)
+
+    def backward(dy, x, w, inv):
+        a, r, g = x.double(), inv.double()[..., None], dy.double() * w.double()
+        gx = r * (g - a * r * r * (a * g).mean(-1, keepdim=True))
+        gw = (dy.double() * a * r).reshape(-1, x.shape[-1]).sum(0)
+        x.mul_(1.0000001)  # the bug: scratch space in the caller's x
+        return gx.to(x.dtype), gw.to(w.dtype)
+
+    target = Target(module=types.SimpleNamespace(forward=forward, backward=backward),
+                    spec=TargetSpec.parse("module:scratch_in_x"), device=torch.device("cpu"), strict=False,
+                    has_ops=False, note="")
+    with pytest.raises(LawFailure, match="was modified in place by the target's forward or backward"):
+        numerics.gradcheck(target, Case(shape=(2, 8)))

@@ -95,6 +95,13 @@ def gradcheck(target: Target, case: Case):
         except GradcheckError as e:
             where = f"{dt}" if wdt == dt else f"{dt}, weight {wdt}"
             raise LawFailure(f"gradcheck ({where}) failed for x of shape {[rows, n]}, eps={eps}:\n{e}") from None
+        except RuntimeError as e:
+            if "modified by an inplace operation" not in str(e):
+                raise
+            # gradcheck calls the backward again on the tensors autograd saved: one the target wrote into.
+            raise LawFailure(f"gradcheck: a tensor saved for the backward (x, the weight or inv_rms) was modified in "
+                             f"place by the target's forward or backward, so a second backward reads other values "
+                             f"(torch: {str(e).splitlines()[0][:200]})") from None
         except Exception as e:  # noqa: BLE001
             if isinstance(e, Rejected) and fall_back and dt != attempts[-1][0]:
                 last_reject = e
