@@ -306,3 +306,24 @@ def test_a_backward_that_writes_into_its_saved_x_fails_gradcheck_as_the_targets_
                     has_ops=False, note="")
     with pytest.raises(LawFailure, match="was modified in place by the target's forward or backward"):
         numerics.gradcheck(target, Case(shape=(2, 8)))
+
+
+def test_rows_left_out_are_named_as_left_out_not_as_a_statistic_off():
+    """A row left as zeros was "the reference times a factor (0): the statistic is off"; a grad_weight summed over
+    the first of two leading dimensions was "the statistic of some rows is off". Each is named for what it is."""
+    from harness.judging.reference import backward_ref, forward_ref
+
+    torch.manual_seed(0)
+    x, weight, grad_out = torch.randn(2, 3, 64), torch.randn(64), torch.randn(2, 3, 64)
+    y, inv = forward_ref(x, weight, 1e-6)
+    y_bad = y.float().clone()
+    y_bad[1, 2] = 0
+    messages = "\n".join(m for mm in judge.judge_forward(y_bad, None, x, weight, 1e-6) for m in mm.messages)
+    assert "each wrong row is 0 where the reference is not (1 row(s); row 5 first): the row was never computed" \
+        in messages and "statistic" not in messages, messages
+    gx, _ = backward_ref(grad_out, x, weight, 1e-6)
+    gw_bad = (grad_out.double() * x.double() * inv[..., None])[0].sum(0)  # the rows of d0 = 0 alone
+    msgs, _ = judge.judge_backward(gx.float(), gw_bad.float(), grad_out, x, weight, 1e-6, inv.float())
+    messages = "\n".join(m for mm in msgs for m in mm.messages)
+    assert "grad_weight is the sum over 3 of the 6 rows: the terms of row(s) [3, 4, 5] are left out" in messages, \
+        messages

@@ -64,7 +64,7 @@ def compare(
     input_dtype: torch.dtype | None = None,
     analysis: torch.Tensor | None = None,
     nonfinite_rows: torch.Tensor | None = None,
-    row_span: tuple[str, Callable[[], tuple[torch.Tensor, ...]]] | None = None,
+    row_span: tuple | None = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -283,6 +283,9 @@ def _row_scaled(g, r, bnd, bad) -> str | None:
     if not factors:
         return None
     i, f = factors[0]
+    if all(f_ == 0 for _, f_ in factors):
+        return (f"each wrong row is 0 where the reference is not ({len(factors)} row(s); row {i} first): the row was "
+                "never computed, or its result was never stored (rows left out of the launch or the loop?)")
     return (f"each wrong row is the reference times one factor of its own ({len(factors)} row(s); row {i}: "
             f"{f:.7g}): the row's statistic is off (elements left out of the sum of squares, eps misapplied), "
             "not its rounding")
@@ -295,7 +298,7 @@ def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
     """Every wrong row's error is a combination of the row's span vectors, with factors of its own: a row
     statistic that is off (the forward's _row_scaled with more than one term). Rounding noise fits no such
     combination: over more elements than factors, least squares leaves most of it."""
-    diagnosis, make = row_span
+    diagnosis, make = row_span[:2]
     if g.dim() == 0 or not bool(bad.any()):
         return None
     vectors = make()
@@ -305,6 +308,7 @@ def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
     g2, r2, b2, bad2 = (t.reshape(-1, t.shape[-1]) for t in (g, r, bnd, bad))
     basis = torch.stack([v.detach().to(torch.float64).cpu().reshape(g2.shape) for v in vectors], dim=-1)
     rows = bad2.any(-1).nonzero().flatten().tolist()
+    coefs = []
     for i in rows[:64]:
         a, ok = basis[i], torch.isfinite(g2[i]) & torch.isfinite(r2[i])
         ok &= torch.isfinite(a).all(-1)
@@ -317,6 +321,11 @@ def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
             return None
         if not bool(_explains(g2[i][ok], fit, r2[i][ok], b2[i][ok])[bad2[i][ok]].all()):
             return None
+        coefs.append(coef.flatten())
+    if len(row_span) > 2 and len(rows) == 1:
+        told = row_span[2](coefs[0])  # what the factors themselves say, where the caller can read them
+        if told:
+            return told
     return diagnosis.format(rows=len(rows), factors=k)
 
 
@@ -591,8 +600,18 @@ def grad_weight_span(grad_out, x, inv):
         t = grad_out.detach().to(torch.float64) * x.detach().to(torch.float64)
         t = t * inv.detach().to(torch.float64).reshape(tuple(x.shape[:-1]) + (1,))
         return tuple(t.reshape(-1, x.shape[-1]).unbind(0))
+    def left_out(coef):
+        """Factors of -1 and 0 only: the rows with -1 are missing from the sum."""
+        c = coef.tolist()
+        gone = [i for i, v in enumerate(c) if abs(v + 1) < 1e-3]
+        if not gone or any(abs(v) >= 1e-3 and abs(v + 1) >= 1e-3 for v in c):
+            return None
+        return (f"grad_weight is the sum over {len(c) - len(gone)} of the {len(c)} rows: the terms of row(s) "
+                f"{gone[:8]} are left out of the sum over rows (a leading dimension dropped, or rows past a block "
+                "never added?)")
     return ("grad_weight's error is a combination of the rows' grad_out * x * inv_rms, one factor for each of "
-            "the {factors} row(s): the statistic of some rows is off (inv_rms, eps), not the rounding"), vectors
+            "the {factors} row(s): the statistic of some rows is off (inv_rms, eps), not the rounding"), vectors, \
+        left_out
 
 
 def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True,
