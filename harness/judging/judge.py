@@ -121,11 +121,12 @@ def compare(
     where = ", ".join(f"{n}={i}" for n, i in zip(_names(index_names, len(idx)), idx))
     e, gv, rv, bv = (float(t.reshape(-1)[flat]) for t in (err, g, r, bound))
     rows_bad = _rows_with(bad)
+    digits = 17 if got.dtype == torch.float64 else 9  # enough to tell the two apart in got's dtype
     out.messages.append(
         f"{name}: {nbad} of {int(check.sum())} compared elements wrong"
         + (f" in {rows_bad} row(s)" if rows_bad is not None else "")
         + (f"; worst at [{where}]" if where else "; the element")
-        + f": expected {rv:.9g}, got {gv:.9g}, |error| {e:.3g} vs bound {bv:.3g}"
+        + f": expected {rv:.{digits}g}, got {gv:.{digits}g}, |error| {e:.3g} vs bound {bv:.3g}"
         + _bound_origin(analysis, flat, bv)
     )
     kinds = []
@@ -286,8 +287,9 @@ def _row_scaled(g, r, bnd, bad) -> str | None:
     if all(f_ == 0 for _, f_ in factors):
         return (f"each wrong row is 0 where the reference is not ({len(factors)} row(s); row {i} first): the row was "
                 "never computed, or its result was never stored (rows left out of the launch or the loop?)")
+    shown = f"{f:.{17 if abs(f - 1) < 1e-6 else 7}g}"  # a factor within 1e-6 of 1 shown as more than "1"
     return (f"each wrong row is the reference times one factor of its own ({len(factors)} row(s); row {i}: "
-            f"{f:.7g}): the row's statistic is off (elements left out of the sum of squares, eps misapplied), "
+            f"{shown}): the row's statistic is off (elements left out of the sum of squares, eps misapplied), "
             "not its rounding")
 
 
