@@ -23,7 +23,9 @@ def target_args(p: argparse.ArgumentParser) -> None:
                    help="device to run the target on (default: cuda when a GPU is visible, else cpu)")
     p.add_argument("--corpus", default=None, help="folder of saved failing cases (default: corpus/)")
     p.add_argument("--lenient", action="store_true",
-                   help="allow in-contract inputs to be rejected (default for targets other than 'project')")
+                   help="allow in-contract inputs to be rejected, and outputs wider than x's dtype where promotion "
+                        "with the weight gives them (gradients: any wider float, which autograd casts back) "
+                        "(default for targets other than 'project')")
     c = p.add_argument_group("the target's contract (declared: drawn only inside it, refusals inside it fail; "
                              "a module may declare RMSNORM_CONTRACT instead)")
     c.add_argument("--dtypes", default=None, help="comma-separated: float32,float64,float16,bfloat16")

@@ -39,7 +39,8 @@ def pytest_addoption(parser):
     g.addoption("--rmsnorm-corpus", default=None,
                 help="folder of saved failing cases (env RMSNORM_CORPUS; default: corpus/)")
     g.addoption("--rmsnorm-lenient", action="store_true",
-                help="allow the target to reject in-contract inputs (default for targets other than 'project')")
+                help="allow the target to reject in-contract inputs, and a y as wide as promotion with the weight "
+                     "gives (gradients: any wider float) (default for targets other than 'project')")
     g.addoption("--rmsnorm-report", default=None,
                 help="write what the run checked as JSON here: per law, per category, failures, accuracy, laws not run")
 
