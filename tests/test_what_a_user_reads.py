@@ -327,3 +327,18 @@ def test_rows_left_out_are_named_as_left_out_not_as_a_statistic_off():
     messages = "\n".join(m for mm in msgs for m in mm.messages)
     assert "grad_weight is the sum over 3 of the 6 rows: the terms of row(s) [3, 4, 5] are left out" in messages, \
         messages
+
+
+def test_an_index_off_by_one_row_is_named_and_a_row_of_zeros_is_not():
+    from harness.judging.reference import forward_ref
+
+    torch.manual_seed(3)
+    x, weight = torch.randn(6, 32), torch.randn(32)
+    y, _ = forward_ref(x, weight, 1e-6)
+    shifted = torch.cat([y[1:], y[-1:]]).float()  # row i holds row i + 1's result
+    messages = "\n".join(m for mm in judge.judge_forward(shifted, None, x, weight, 1e-6) for m in mm.messages)
+    assert "the wrong values are the reference's values of the next row" in messages, messages
+    # Rows of one element: grad_x is 0 up to rounding, so a neighbour's value "explains" any 0 got.
+    ref, r = torch.tensor([[1e-4], [0.0], [0.0]], dtype=torch.float64), torch.zeros(3, 1)
+    m = judge.compare("grad_x", r, ref, torch.full((3, 1), 1e-6, dtype=torch.float64))
+    assert m and "next row" not in str(m) and "previous row" not in str(m), m

@@ -346,7 +346,9 @@ def _neighbour(g, r, bnd, bad) -> str | None:
                 valid[:, -1 if step == 1 else 0] = False
             else:
                 valid[-1 if step == 1 else 0, :] = False
-            hit = _explains(g2, rs, r2, b2) & torch.isfinite(rs) & bad2 & valid
+            # A neighbour's value within the bound of 0 explains nothing: a 0 (a row of one element's grad_x)
+            # matches every other 0.
+            hit = _explains(g2, rs, r2, b2) & torch.isfinite(rs) & (rs.abs() > b2) & bad2 & valid
             if int(hit.sum()) >= max(1, 0.9 * nbad):
                 side = "next" if step == 1 else "previous"
                 return (f"the wrong values are the reference's values of the {side} {label} "
