@@ -342,3 +342,12 @@ def test_an_index_off_by_one_row_is_named_and_a_row_of_zeros_is_not():
     ref, r = torch.tensor([[1e-4], [0.0], [0.0]], dtype=torch.float64), torch.zeros(3, 1)
     m = judge.compare("grad_x", r, ref, torch.full((3, 1), 1e-6, dtype=torch.float64))
     assert m and "next row" not in str(m) and "previous row" not in str(m), m
+
+
+def test_a_grad_weight_of_zero_rows_that_is_not_zero_is_judged_not_crashed_on():
+    """grad_weight's diagnosis fits it to one vector a row: with no rows there are none to fit (it once raised
+    inside the harness instead of failing the target)."""
+    x, grad_out, weight = torch.randn(4, 0, 16), torch.randn(4, 0, 16), torch.randn(16)
+    inv = torch.ones(4, 0)
+    msgs, _ = judge.judge_backward(torch.zeros(4, 0, 16), torch.full((16,), 7.0), grad_out, x, weight, 1e-6, inv)
+    assert "grad_weight: 16 of 16 compared elements wrong" in "\n".join(m for mm in msgs for m in mm.messages), msgs

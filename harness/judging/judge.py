@@ -304,8 +304,8 @@ def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
         return None
     vectors = make()
     k = len(vectors)
-    if g.shape[-1] < k + SPAN_MIN_SPARE:
-        return None
+    if k == 0 or g.shape[-1] < k + SPAN_MIN_SPARE:
+        return None  # no vectors: no rows (grad_weight of zero rows), and nothing to combine
     g2, r2, b2, bad2 = (t.reshape(-1, t.shape[-1]) for t in (g, r, bnd, bad))
     basis = torch.stack([v.detach().to(torch.float64).cpu().reshape(g2.shape) for v in vectors], dim=-1)
     rows = bad2.any(-1).nonzero().flatten().tolist()
