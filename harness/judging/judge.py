@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -63,7 +64,7 @@ def compare(
     input_dtype: torch.dtype | None = None,
     analysis: torch.Tensor | None = None,
     nonfinite_rows: torch.Tensor | None = None,
-    row_span: tuple | None = None,
+    row_span: "RowSpan | None" = None,
 ) -> Mismatch:
     """Compare got with ref element by element under bound (ref and bound float64, same shape).
 
@@ -76,10 +77,9 @@ def compare(
     analysis: the rounding analysis' own bound, when `bound` was widened to eager PyTorch's error:
     a failure says where the worst element's bound came from. nonfinite_rows: the rows (leading dims)
     whose input holds inf or NaN, so that a NaN that spread from one of them into another row is told.
-    row_span: (the diagnosis, a function giving vectors of got's shape) when a statistic that is off moves each
-    row of got by a combination of those vectors, one set of factors per row: a failure whose error is such a
-    combination is named so, not as a narrower dtype's rounding ("{rows}" in the diagnosis: how many rows are
-    wrong; "{factors}": how many vectors).
+    row_span: the vectors a statistic that is off moves each row of got by, in combination, one set of factors
+    per row (RowSpan): a failure whose error is such a combination is named so, not as a narrower dtype's
+    rounding.
     """
     out = Mismatch(name)
     if tuple(got.shape) != tuple(ref.shape):
@@ -295,14 +295,22 @@ def _row_scaled(g, r, bnd, bad) -> str | None:
 SPAN_MIN_SPARE = 4  # a row fits k factors with at least this many elements to spare, or the fit is no evidence
 
 
+@dataclass(frozen=True)
+class RowSpan:
+    """What a statistic that is off does to an output: moves each row by a combination of vectors."""
+
+    diagnosis: str  # what such a failure is; "{rows}": how many rows are wrong, "{factors}": how many vectors
+    vectors: Callable[[], tuple]  # the vectors, each of the output's shape (made only on a failure)
+    read: Callable | None = None  # what one wrong row's factors say, where they say more than the diagnosis
+
+
 def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
     """Every wrong row's error is a combination of the row's span vectors, with factors of its own: a row
     statistic that is off (the forward's _row_scaled with more than one term). Rounding noise fits no such
     combination: over more elements than factors, least squares leaves most of it."""
-    diagnosis, make = row_span[:2]
     if g.dim() == 0 or not bool(bad.any()):
         return None
-    vectors = make()
+    vectors = row_span.vectors()
     k = len(vectors)
     if k == 0 or g.shape[-1] < k + SPAN_MIN_SPARE:
         return None  # no vectors: no rows (grad_weight of zero rows), and nothing to combine
@@ -323,11 +331,8 @@ def _in_row_span(g, r, bnd, bad, row_span) -> str | None:
         if not bool(_explains(g2[i][ok], fit, r2[i][ok], b2[i][ok])[bad2[i][ok]].all()):
             return None
         coefs.append(coef.flatten())
-    if len(row_span) > 2 and len(rows) == 1:
-        told = row_span[2](coefs[0])  # what the factors themselves say, where the caller can read them
-        if told:
-            return told
-    return diagnosis.format(rows=len(rows), factors=k)
+    told = row_span.read(coefs[0]) if row_span.read and len(rows) == 1 else None
+    return told or row_span.diagnosis.format(rows=len(rows), factors=k)
 
 
 def _neighbour(g, r, bnd, bad) -> str | None:
@@ -585,9 +590,9 @@ def grad_x_span(grad_out, x, weight, x_name="x"):
         if weight is not None:
             g = g * weight.detach().to(torch.float64)
         return g.expand(x.shape), x.detach().to(torch.float64).expand(x.shape)
-    return (f"each wrong row's error is a combination of grad_out * weight and {x_name} with factors of the row's "
-            "own ({rows} row(s)): a statistic of the row is off (inv_rms, eps, the mean of x * grad_out * weight or "
-            "its divisor N), not its rounding"), vectors
+    return RowSpan(f"each wrong row's error is a combination of grad_out * weight and {x_name} with factors of the "
+                   "row's own ({rows} row(s)): a statistic of the row is off (inv_rms, eps, the mean of x * grad_out "
+                   "* weight or its divisor N), not its rounding", vectors)
 
 
 SPAN_MAX_ROWS = 32  # grad_weight's span has a vector per row: past this many, rows are too many to fit
@@ -603,6 +608,7 @@ def grad_weight_span(grad_out, x, inv):
         t = grad_out.detach().to(torch.float64) * x.detach().to(torch.float64)
         t = t * inv.detach().to(torch.float64).reshape(tuple(x.shape[:-1]) + (1,))
         return tuple(t.reshape(-1, x.shape[-1]).unbind(0))
+
     def left_out(coef):
         """Factors of -1 and 0 only: the rows with -1 are missing from the sum."""
         c = coef.tolist()
@@ -612,9 +618,9 @@ def grad_weight_span(grad_out, x, inv):
         return (f"grad_weight is the sum over {len(c) - len(gone)} of the {len(c)} rows: the terms of row(s) "
                 f"{gone[:8]} are left out of the sum over rows (a leading dimension dropped, or rows past a block "
                 "never added?)")
-    return ("grad_weight's error is a combination of the rows' grad_out * x * inv_rms, one factor for each of "
-            "the {factors} row(s): the statistic of some rows is off (inv_rms, eps), not the rounding"), vectors, \
-        left_out
+    return RowSpan("grad_weight's error is a combination of the rows' grad_out * x * inv_rms, one factor for each "
+                   "of the {factors} row(s): the statistic of some rows is off (inv_rms, eps), not the rounding",
+                   vectors, left_out)
 
 
 def judge_backward(gx, gw, grad_out, x, weight, eps, inv, *, label: str = "", weight_grad: bool = True,
